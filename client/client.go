@@ -1,0 +1,313 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/roamhq/roam/structs"
+)
+
+// ErrShutdown is returned by calls made after Shutdown.
+var ErrShutdown = errors.New("client shut down")
+
+// Client is one client agent.
+type Client struct {
+	config *Config
+	logger hclog.Logger
+	id     *identity
+
+	// mu guards the fields below it.
+	mu sync.Mutex
+	// servers are the addresses to try, configured first, then learned.
+	servers []string
+	// next is the index in servers of the next server to dial.
+	next int
+	conn *serverConn
+	// localIP is this host's address as seen on the server connection.
+	localIP      string
+	heartbeatTTL time.Duration
+	registered   bool
+
+	// registeredCh is closed once the node has registered for the first time.
+	registeredCh   chan struct{}
+	registeredOnce sync.Once
+
+	shutdownCtx    context.Context
+	shutdownCancel context.CancelFunc
+	shutdownOnce   sync.Once
+	wg             sync.WaitGroup
+}
+
+// NewClient starts a client: it loads or creates the node's identity and
+// starts registering and heartbeating in the background.
+func NewClient(config *Config) (*Client, error) {
+	if err := config.Validate(); err != nil {
+		return nil, err
+	}
+	id, err := loadIdentity(config.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	if config.NodeName == "" {
+		config.NodeName = id.NodeID[:8]
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	c := &Client{
+		config:         config,
+		logger:         config.Logger.Named("client"),
+		id:             id,
+		servers:        append([]string(nil), config.Servers...),
+		registeredCh:   make(chan struct{}),
+		shutdownCtx:    ctx,
+		shutdownCancel: cancel,
+	}
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		c.heartbeatLoop()
+	}()
+	c.logger.Info("client started", "node_id", id.NodeID, "name", config.NodeName, "servers", config.Servers)
+	return c, nil
+}
+
+// NodeID returns this node's ID.
+func (c *Client) NodeID() string { return c.id.NodeID }
+
+// SecretID returns this node's secret, which authenticates its RPCs.
+func (c *Client) SecretID() string { return c.id.SecretID }
+
+// Registered is closed once the node has registered with the servers.
+func (c *Client) Registered() <-chan struct{} { return c.registeredCh }
+
+// Servers returns the server addresses the client knows, in trial order.
+func (c *Client) Servers() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]string(nil), c.servers...)
+}
+
+// RPC calls a server on this node's behalf: the node's secret is the
+// token. Retryable failures (no leader, server unreachable or gone
+// mid-call) are retried with jittered backoff, failing over to the next
+// server, until RPCRetryTimeout. Every RPC the client makes today is
+// idempotent, so a call that may have run is safe to send again.
+func (c *Client) RPC(method string, args, reply any) error {
+	setAuth(args, c.config.Region, c.id.SecretID)
+	timeout := 30 * time.Second
+	if q, ok := args.(interface{ TimeToBlock() time.Duration }); ok {
+		timeout += q.TimeToBlock()
+	}
+
+	deadline := time.Now().Add(c.config.RPCRetryTimeout)
+	backoff := c.config.MinRetryBackoff
+	for attempt := 1; ; attempt++ {
+		conn, err := c.getConn()
+		if err == nil {
+			err = conn.call(method, args, reply, timeout)
+			if errors.Is(err, errConnLost) {
+				c.dropConn(conn)
+			}
+		}
+		if err == nil {
+			return nil
+		}
+		if errors.Is(err, ErrShutdown) || (!structs.IsRetryable(err) && !errors.Is(err, errConnLost) && !isDialError(err)) {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s: gave up after %d attempts: %w", method, attempt, err)
+		}
+		c.logger.Debug("rpc failed, retrying", "method", method, "attempt", attempt, "error", err)
+		wait := backoff/2 + rand.N(backoff/2+1)
+		select {
+		case <-time.After(wait):
+		case <-c.shutdownCtx.Done():
+			return ErrShutdown
+		}
+		backoff = min(backoff*2, c.config.MaxRetryBackoff)
+	}
+}
+
+// setAuth fills in region and token on requests that carry them.
+func setAuth(args any, region, token string) {
+	if a, ok := args.(interface{ SetAuth(region, token string) }); ok {
+		a.SetAuth(region, token)
+	}
+}
+
+type dialError struct{ err error }
+
+func (e *dialError) Error() string { return "dial server: " + e.err.Error() }
+func (e *dialError) Unwrap() error { return e.err }
+
+func isDialError(err error) bool {
+	var d *dialError
+	return errors.As(err, &d)
+}
+
+// getConn returns the current server session, dialing the next server in
+// the list if there is none.
+func (c *Client) getConn() (*serverConn, error) {
+	c.mu.Lock()
+	if c.shutdownCtx.Err() != nil {
+		c.mu.Unlock()
+		return nil, ErrShutdown
+	}
+	if c.conn != nil {
+		conn := c.conn
+		c.mu.Unlock()
+		return conn, nil
+	}
+	addr := c.servers[c.next%len(c.servers)]
+	c.next = (c.next + 1) % len(c.servers)
+	c.mu.Unlock()
+
+	conn, err := dialServer(addr, c.config.DialTimeout, c.logger)
+	if err != nil {
+		return nil, &dialError{fmt.Errorf("%s: %w", addr, err)}
+	}
+
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.shutdownCtx.Err() != nil {
+		conn.close()
+		return nil, ErrShutdown
+	}
+	if c.conn != nil { // another caller won the race
+		conn.close()
+		return c.conn, nil
+	}
+	c.conn = conn
+	if host, _, err := net.SplitHostPort(conn.conn.LocalAddr().String()); err == nil {
+		c.localIP = host
+	}
+	c.logger.Info("connected to server", "address", addr)
+	return conn, nil
+}
+
+// dropConn forgets a broken session so the next call fails over.
+func (c *Client) dropConn(conn *serverConn) {
+	c.mu.Lock()
+	if c.conn == conn {
+		c.conn = nil
+	}
+	c.mu.Unlock()
+	conn.close()
+}
+
+// learnServers adds servers the cluster told us about.
+func (c *Client) learnServers(servers []*structs.NodeServerInfo) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	known := make(map[string]bool, len(c.servers))
+	for _, s := range c.servers {
+		known[s] = true
+	}
+	for _, s := range servers {
+		if s.RPCAdvertiseAddr != "" && !known[s.RPCAdvertiseAddr] {
+			c.servers = append(c.servers, s.RPCAdvertiseAddr)
+			known[s.RPCAdvertiseAddr] = true
+		}
+	}
+}
+
+// heartbeatLoop registers the node, then heartbeats at half the TTL the
+// server hands back. A server that has forgotten the node gets a fresh
+// registration.
+func (c *Client) heartbeatLoop() {
+	for {
+		var (
+			resp structs.NodeUpdateResponse
+			err  error
+		)
+		c.mu.Lock()
+		registered := c.registered
+		c.mu.Unlock()
+		if !registered {
+			err = c.register(&resp)
+		} else {
+			err = c.RPC("Node.UpdateStatus", &structs.NodeUpdateStatusRequest{
+				NodeID: c.id.NodeID,
+				Status: structs.NodeStatusReady,
+			}, &resp)
+			if errors.Is(err, structs.ErrUnknownNode) {
+				c.logger.Warn("server does not know this node; registering again")
+				c.mu.Lock()
+				c.registered = false
+				c.mu.Unlock()
+				continue
+			}
+		}
+
+		next := c.config.MinRetryBackoff * 4
+		if err != nil {
+			if errors.Is(err, ErrShutdown) {
+				return
+			}
+			c.logger.Error("heartbeat failed", "error", err)
+		} else {
+			c.learnServers(resp.Servers)
+			c.mu.Lock()
+			c.heartbeatTTL = resp.HeartbeatTTL
+			c.mu.Unlock()
+			if resp.HeartbeatTTL > 0 {
+				next = resp.HeartbeatTTL / 2
+			}
+		}
+		select {
+		case <-time.After(next):
+		case <-c.shutdownCtx.Done():
+			return
+		}
+	}
+}
+
+func (c *Client) register(resp *structs.NodeUpdateResponse) error {
+	// Dial first so the node records the address the server sees.
+	if _, err := c.getConn(); err != nil && !isDialError(err) {
+		return err
+	}
+	c.mu.Lock()
+	node := c.buildNode()
+	c.mu.Unlock()
+	if err := c.RPC("Node.Register", &structs.NodeRegisterRequest{Node: node}, resp); err != nil {
+		return fmt.Errorf("register node: %w", err)
+	}
+	c.mu.Lock()
+	c.registered = true
+	c.mu.Unlock()
+	c.registeredOnce.Do(func() { close(c.registeredCh) })
+	c.logger.Info("node registered", "node_id", node.ID, "heartbeat_ttl", resp.HeartbeatTTL)
+	return nil
+}
+
+// Shutdown stops heartbeating and closes the server session. The node is
+// not deregistered: the servers mark it down when its TTL runs out, and a
+// restarted client on the same data dir comes back as the same node. Safe
+// to call twice.
+func (c *Client) Shutdown(ctx context.Context) error {
+	var err error
+	c.shutdownOnce.Do(func() {
+		c.shutdownCancel()
+		c.mu.Lock()
+		if c.conn != nil {
+			c.conn.close()
+			c.conn = nil
+		}
+		c.mu.Unlock()
+		done := make(chan struct{})
+		go func() { c.wg.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			err = fmt.Errorf("client shutdown: %w", ctx.Err())
+		}
+	})
+	return err
+}

@@ -1,0 +1,102 @@
+package client
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/rpc"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/yamux"
+	"github.com/roamhq/roam/structs"
+)
+
+// serverConn is the client's one session with one server: a yamux session
+// whose first stream carries this client's RPCs. Later streams, opened by
+// the server, carry server-to-client calls.
+type serverConn struct {
+	addr    string
+	conn    net.Conn
+	session *yamux.Session
+	rpc     *rpc.Client
+
+	closeOnce sync.Once
+}
+
+func dialServer(addr string, timeout time.Duration, logger hclog.Logger) (*serverConn, error) {
+	conn, err := net.DialTimeout("tcp", addr, timeout)
+	if err != nil {
+		return nil, err
+	}
+	if tcp, ok := conn.(*net.TCPConn); ok {
+		_ = tcp.SetKeepAlive(true)
+		_ = tcp.SetKeepAlivePeriod(10 * time.Second)
+	}
+	if _, err := conn.Write([]byte{structs.RPCMultiplex}); err != nil {
+		conn.Close()
+		return nil, err
+	}
+	cfg := yamux.DefaultConfig()
+	cfg.LogOutput = nil
+	cfg.Logger = yamuxLogger{logger}
+	cfg.ConnectionWriteTimeout = timeout
+	session, err := yamux.Client(conn, cfg)
+	if err != nil {
+		conn.Close()
+		return nil, err
+	}
+	stream, err := session.Open()
+	if err != nil {
+		session.Close()
+		return nil, err
+	}
+	if _, err := stream.Write([]byte{structs.RPCNomad}); err != nil {
+		session.Close()
+		return nil, err
+	}
+	return &serverConn{
+		addr:    addr,
+		conn:    conn,
+		session: session,
+		rpc:     rpc.NewClientWithCodec(structs.NewClientCodec(stream)),
+	}, nil
+}
+
+func (s *serverConn) close() {
+	s.closeOnce.Do(func() {
+		s.rpc.Close()
+		s.session.Close()
+	})
+}
+
+// errConnLost marks a call whose connection broke after it was sent.
+var errConnLost = errors.New("connection to server lost")
+
+// call runs one RPC. A broken connection comes back as errConnLost; a
+// handler's error comes back mapped to its sentinel.
+func (s *serverConn) call(method string, args, reply any, timeout time.Duration) error {
+	call := s.rpc.Go(method, args, reply, make(chan *rpc.Call, 1))
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	select {
+	case <-call.Done:
+	case <-timer.C:
+		return fmt.Errorf("%w: %s to %s timed out after %s", errConnLost, method, s.addr, timeout)
+	}
+	if err := call.Error; err != nil {
+		var serverErr rpc.ServerError
+		if errors.As(err, &serverErr) {
+			return structs.FromRPCError(err)
+		}
+		return fmt.Errorf("%w: %s to %s: %v", errConnLost, method, s.addr, err)
+	}
+	return nil
+}
+
+type yamuxLogger struct{ l hclog.Logger }
+
+func (y yamuxLogger) Print(v ...any)                 { y.l.Debug(fmt.Sprint(v...)) }
+func (y yamuxLogger) Printf(format string, v ...any) { y.l.Debug(fmt.Sprintf(format, v...)) }
+func (y yamuxLogger) Println(v ...any)               { y.l.Debug(fmt.Sprint(v...)) }

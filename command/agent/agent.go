@@ -1,0 +1,279 @@
+// Package agent wires a Roam agent together: a server, a client, or both,
+// and the HTTP API in front of them.
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	metrics "github.com/hashicorp/go-metrics"
+	"github.com/roamhq/roam/client"
+	"github.com/roamhq/roam/nomad"
+)
+
+// Agent is a running roam agent.
+type Agent struct {
+	config *Config
+	logger hclog.Logger
+
+	server *nomad.Server
+	client *client.Client
+	http   *HTTPServer
+
+	metrics *metrics.InmemSink
+
+	// tempDir is the dev-mode data dir, removed on shutdown.
+	tempDir string
+
+	shutdownOnce sync.Once
+	shutdownErr  error
+}
+
+// NewAgent starts the parts of the agent that config enables. On error
+// nothing is left running.
+func NewAgent(config *Config, logOutput io.Writer) (a *Agent, err error) {
+	if err := config.Validate(); err != nil {
+		return nil, err
+	}
+	logger := hclog.New(&hclog.LoggerOptions{
+		Name:   "agent",
+		Level:  hclog.LevelFromString(config.LogLevel),
+		Output: logOutput,
+	})
+	a = &Agent{config: config, logger: logger}
+	defer func() {
+		if err != nil {
+			_ = a.Shutdown(context.Background())
+		}
+	}()
+
+	if err := a.setupMetrics(); err != nil {
+		return nil, err
+	}
+	if config.DataDir == "" && config.DevMode {
+		dir, err := os.MkdirTemp("", "roam-dev-")
+		if err != nil {
+			return nil, fmt.Errorf("agent: create dev data dir: %w", err)
+		}
+		a.tempDir = dir
+		config.DataDir = dir
+	}
+
+	// Bind HTTP first: its address goes into the node's registration.
+	httpLn, err := net.Listen("tcp", config.httpAddr())
+	if err != nil {
+		return nil, fmt.Errorf("agent: listen for http on %s: %w", config.httpAddr(), err)
+	}
+	httpAdvertise := config.Advertise.HTTP
+	if httpAdvertise == "" {
+		httpAdvertise = advertiseFor(httpLn.Addr())
+	}
+
+	if config.Server.Enabled {
+		if err := a.setupServer(); err != nil {
+			httpLn.Close()
+			return nil, err
+		}
+	}
+	if config.Client.Enabled {
+		if err := a.setupClient(httpAdvertise); err != nil {
+			httpLn.Close()
+			return nil, err
+		}
+	}
+	a.http = NewHTTPServer(a, httpLn, logger.Named("http"))
+	logger.Info("agent started", "http_addr", httpLn.Addr().String(),
+		"server", config.Server.Enabled, "client", config.Client.Enabled, "dev", config.DevMode)
+	return a, nil
+}
+
+func (a *Agent) setupMetrics() error {
+	a.metrics = metrics.NewInmemSink(10*time.Second, time.Minute)
+	cfg := metrics.DefaultConfig("roam")
+	cfg.EnableHostname = false
+	cfg.EnableRuntimeMetrics = true
+	sinks := metrics.FanoutSink{a.metrics}
+	if prom, err := newPrometheusSink(); err == nil {
+		sinks = append(sinks, prom)
+	} else {
+		a.logger.Warn("prometheus metrics disabled", "error", err)
+	}
+	_, err := metrics.NewGlobal(cfg, sinks)
+	return err
+}
+
+// advertiseFor turns a bound address into one others can dial: a wildcard
+// bind advertises the loopback address.
+func advertiseFor(addr net.Addr) string {
+	host, port, err := net.SplitHostPort(addr.String())
+	if err != nil {
+		return addr.String()
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+		host = "127.0.0.1"
+	}
+	return net.JoinHostPort(host, port)
+}
+
+func (a *Agent) setupServer() error {
+	c := a.config
+	sc := nomad.DefaultConfig()
+	sc.NodeName = c.Name
+	if sc.NodeName == "" {
+		sc.NodeName, _ = os.Hostname()
+	}
+	sc.Region = c.Region
+	sc.Datacenter = c.Datacenter
+	sc.DevMode = c.DevMode
+	if !c.DevMode {
+		sc.DataDir = c.DataDir
+	}
+	sc.RPCAddr = c.rpcAddr()
+	sc.BootstrapExpect = c.Server.BootstrapExpect
+	if c.Server.ServerJoin != nil {
+		sc.RetryJoin = c.Server.ServerJoin.RetryJoin
+		sc.JoinInterval = parseDurationOr(c.Server.ServerJoin.RetryInterval, sc.JoinInterval)
+		if sc.MemberFailAfter <= sc.JoinInterval {
+			sc.MemberFailAfter = 5 * sc.JoinInterval
+		}
+	}
+	if c.Server.RaftMultiplier != 0 {
+		sc.RaftMultiplier = c.Server.RaftMultiplier
+	}
+	if c.Server.MaxRPCFrameBytes != 0 {
+		sc.RPCMaxFrameBytes = c.Server.MaxRPCFrameBytes
+	}
+	sc.HeartbeatGrace = parseDurationOr(c.Server.HeartbeatGrace, sc.HeartbeatGrace)
+	sc.MinHeartbeatTTL = parseDurationOr(c.Server.MinHeartbeatTTL, sc.MinHeartbeatTTL)
+	sc.FailoverHeartbeatTTL = parseDurationOr(c.Server.FailoverHeartbeatTTL, sc.FailoverHeartbeatTTL)
+	sc.Logger = a.logger.ResetNamed("")
+
+	ln, err := net.Listen("tcp", sc.RPCAddr)
+	if err != nil {
+		return fmt.Errorf("agent: listen for rpc on %s: %w", sc.RPCAddr, err)
+	}
+	sc.Listener = ln
+	sc.RPCAdvertise = c.Advertise.RPC
+	if sc.RPCAdvertise == "" {
+		sc.RPCAdvertise = advertiseFor(ln.Addr())
+	}
+	srv, err := nomad.NewServer(sc)
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	a.server = srv
+	return nil
+}
+
+func (a *Agent) setupClient(httpAdvertise string) error {
+	c := a.config
+	cc := client.DefaultConfig()
+	cc.DataDir = c.DataDir
+	cc.NodeName = c.Name
+	cc.Region = c.Region
+	cc.Datacenter = c.Datacenter
+	cc.NodeClass = c.Client.NodeClass
+	cc.Meta = c.Client.Meta
+	cc.HTTPAddr = httpAdvertise
+	cc.Servers = c.Client.Servers
+	if len(cc.Servers) == 0 && a.server != nil {
+		cc.Servers = []string{a.server.Addr()}
+	}
+	cc.Logger = a.logger.ResetNamed("")
+	cl, err := client.NewClient(cc)
+	if err != nil {
+		return err
+	}
+	a.client = cl
+	return nil
+}
+
+// errNoRPC means the agent has neither a server nor a client to call with.
+var errNoRPC = errors.New("agent has neither a server nor a client")
+
+// RPC calls the cluster: through the local server when there is one
+// (which forwards to the leader as needed), else through the client.
+func (a *Agent) RPC(method string, args, reply any) error {
+	switch {
+	case a.server != nil:
+		return a.server.RPC(method, args, reply)
+	case a.client != nil:
+		return a.client.RPC(method, args, reply)
+	}
+	return errNoRPC
+}
+
+// Server returns the agent's server, or nil.
+func (a *Agent) Server() *nomad.Server { return a.server }
+
+// Client returns the agent's client, or nil.
+func (a *Agent) Client() *client.Client { return a.client }
+
+// Config returns the agent's configuration.
+func (a *Agent) Config() *Config { return a.config }
+
+// HTTPAddr returns the address the HTTP API listens on.
+func (a *Agent) HTTPAddr() string { return a.http.Addr() }
+
+// InmemMetrics returns the in-memory metrics sink behind /v1/metrics.
+func (a *Agent) InmemMetrics() *metrics.InmemSink { return a.metrics }
+
+// Shutdown stops the HTTP API, then the client, then the server. Safe to
+// call twice; returns every error met on the way.
+func (a *Agent) Shutdown(ctx context.Context) error {
+	a.shutdownOnce.Do(func() {
+		var errs []error
+		if a.http != nil {
+			if err := a.http.Shutdown(ctx); err != nil {
+				errs = append(errs, fmt.Errorf("http: %w", err))
+			}
+		}
+		if a.client != nil {
+			if err := a.client.Shutdown(ctx); err != nil {
+				errs = append(errs, fmt.Errorf("client: %w", err))
+			}
+		}
+		if a.server != nil {
+			if err := a.server.Shutdown(ctx); err != nil {
+				errs = append(errs, fmt.Errorf("server: %w", err))
+			}
+		}
+		if a.tempDir != "" {
+			if err := os.RemoveAll(a.tempDir); err != nil {
+				errs = append(errs, fmt.Errorf("remove dev data dir: %w", err))
+			}
+		}
+		a.shutdownErr = errors.Join(errs...)
+		a.logger.Info("agent stopped")
+	})
+	return a.shutdownErr
+}
+
+// memberName is the agent's name as shown in members lists.
+func (a *Agent) memberName() string {
+	if a.config.Name != "" {
+		return a.config.Name
+	}
+	host, _ := os.Hostname()
+	return host
+}
+
+// portOf returns the numeric port of a host:port string, 0 if none.
+func portOf(addr string) int {
+	_, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		return 0
+	}
+	n, _ := strconv.Atoi(strings.TrimSpace(p))
+	return n
+}

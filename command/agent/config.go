@@ -1,0 +1,292 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/hcl/v2"
+	"github.com/hashicorp/hcl/v2/gohcl"
+	"github.com/hashicorp/hcl/v2/hclparse"
+)
+
+// Config is the agent's configuration: HCL files in the shape of Nomad's
+// agent config, then command-line flags on top. Unknown attributes and
+// blocks are errors that name the file, line and attribute.
+type Config struct {
+	DataDir    string        `hcl:"data_dir,optional"`
+	BindAddr   string        `hcl:"bind_addr,optional"`
+	Name       string        `hcl:"name,optional"`
+	Region     string        `hcl:"region,optional"`
+	Datacenter string        `hcl:"datacenter,optional"`
+	LogLevel   string        `hcl:"log_level,optional"`
+	Ports      *Ports        `hcl:"ports,block"`
+	Advertise  *Advertise    `hcl:"advertise,block"`
+	Server     *ServerConfig `hcl:"server,block"`
+	Client     *ClientConfig `hcl:"client,block"`
+
+	// DevMode runs server and client in one process with in-memory Raft.
+	DevMode bool
+}
+
+// Ports are the agent's listening ports.
+type Ports struct {
+	HTTP int `hcl:"http,optional"`
+	RPC  int `hcl:"rpc,optional"`
+}
+
+// Advertise are the addresses other agents use to reach this one.
+type Advertise struct {
+	HTTP string `hcl:"http,optional"`
+	RPC  string `hcl:"rpc,optional"`
+}
+
+// ServerConfig is the server block.
+type ServerConfig struct {
+	Enabled         bool        `hcl:"enabled,optional"`
+	BootstrapExpect int         `hcl:"bootstrap_expect,optional"`
+	ServerJoin      *ServerJoin `hcl:"server_join,block"`
+	RaftMultiplier  int         `hcl:"raft_multiplier,optional"`
+	// Durations, as Go duration strings ("10s").
+	HeartbeatGrace       string `hcl:"heartbeat_grace,optional"`
+	MinHeartbeatTTL      string `hcl:"min_heartbeat_ttl,optional"`
+	FailoverHeartbeatTTL string `hcl:"failover_heartbeat_ttl,optional"`
+	// MaxRPCFrameBytes bounds one RPC request.
+	MaxRPCFrameBytes int `hcl:"max_rpc_frame_bytes,optional"`
+}
+
+// ServerJoin is the server_join block.
+type ServerJoin struct {
+	RetryJoin     []string `hcl:"retry_join,optional"`
+	RetryInterval string   `hcl:"retry_interval,optional"`
+}
+
+// ClientConfig is the client block.
+type ClientConfig struct {
+	Enabled   bool              `hcl:"enabled,optional"`
+	Servers   []string          `hcl:"servers,optional"`
+	NodeClass string            `hcl:"node_class,optional"`
+	Meta      map[string]string `hcl:"meta,optional"`
+}
+
+// DefaultConfig is the configuration before any file or flag.
+func DefaultConfig() *Config {
+	return &Config{
+		BindAddr:   "0.0.0.0",
+		Region:     "global",
+		Datacenter: "dc1",
+		LogLevel:   "INFO",
+		Ports:      &Ports{HTTP: 4646, RPC: 4647},
+		Advertise:  &Advertise{},
+		Server:     &ServerConfig{ServerJoin: &ServerJoin{}},
+		Client:     &ClientConfig{},
+	}
+}
+
+// DevConfig is DefaultConfig for `roam agent -dev`: server and client in
+// one process on the loopback address, Raft in memory.
+func DevConfig() *Config {
+	c := DefaultConfig()
+	c.DevMode = true
+	c.BindAddr = "127.0.0.1"
+	c.LogLevel = "DEBUG"
+	c.Server.Enabled = true
+	c.Server.BootstrapExpect = 1
+	c.Client.Enabled = true
+	return c
+}
+
+// LoadConfigFile parses one HCL file. Errors name file:line and the reason.
+func LoadConfigFile(path string) (*Config, error) {
+	src, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read config: %w", err)
+	}
+	return ParseConfig(path, src)
+}
+
+// ParseConfig parses HCL source; filename is used in error messages.
+func ParseConfig(filename string, src []byte) (*Config, error) {
+	parser := hclparse.NewParser()
+	file, diags := parser.ParseHCL(src, filename)
+	if diags.HasErrors() {
+		return nil, diagError(diags)
+	}
+	var c Config
+	if diags := gohcl.DecodeBody(file.Body, nil, &c); diags.HasErrors() {
+		return nil, diagError(diags)
+	}
+	if err := c.validateDurations(); err != nil {
+		return nil, fmt.Errorf("%s: %w", filename, err)
+	}
+	return &c, nil
+}
+
+// diagError renders HCL diagnostics as "file:line,col: summary; detail".
+func diagError(diags hcl.Diagnostics) error {
+	var msgs []string
+	for _, d := range diags {
+		if d.Severity != hcl.DiagError {
+			continue
+		}
+		pos := ""
+		if d.Subject != nil {
+			pos = fmt.Sprintf("%s:%d,%d: ", d.Subject.Filename, d.Subject.Start.Line, d.Subject.Start.Column)
+		}
+		msg := pos + d.Summary
+		if d.Detail != "" {
+			msg += "; " + d.Detail
+		}
+		msgs = append(msgs, msg)
+	}
+	return errors.New(strings.Join(msgs, "\n"))
+}
+
+func (c *Config) validateDurations() error {
+	if c.Server == nil {
+		return nil
+	}
+	for name, v := range map[string]string{
+		"server.heartbeat_grace":        c.Server.HeartbeatGrace,
+		"server.min_heartbeat_ttl":      c.Server.MinHeartbeatTTL,
+		"server.failover_heartbeat_ttl": c.Server.FailoverHeartbeatTTL,
+	} {
+		if v == "" {
+			continue
+		}
+		if d, err := time.ParseDuration(v); err != nil || d < 0 {
+			return fmt.Errorf("%s = %q is not a valid duration", name, v)
+		}
+	}
+	if c.Server.ServerJoin != nil && c.Server.ServerJoin.RetryInterval != "" {
+		if d, err := time.ParseDuration(c.Server.ServerJoin.RetryInterval); err != nil || d <= 0 {
+			return fmt.Errorf("server.server_join.retry_interval = %q is not a valid duration", c.Server.ServerJoin.RetryInterval)
+		}
+	}
+	return nil
+}
+
+// Merge returns c with every value set in o laid over it.
+func (c *Config) Merge(o *Config) *Config {
+	r := *c
+	setStr(&r.DataDir, o.DataDir)
+	setStr(&r.BindAddr, o.BindAddr)
+	setStr(&r.Name, o.Name)
+	setStr(&r.Region, o.Region)
+	setStr(&r.Datacenter, o.Datacenter)
+	setStr(&r.LogLevel, o.LogLevel)
+	r.DevMode = r.DevMode || o.DevMode
+	if o.Ports != nil {
+		p := *r.Ports
+		setInt(&p.HTTP, o.Ports.HTTP)
+		setInt(&p.RPC, o.Ports.RPC)
+		r.Ports = &p
+	}
+	if o.Advertise != nil {
+		a := *r.Advertise
+		setStr(&a.HTTP, o.Advertise.HTTP)
+		setStr(&a.RPC, o.Advertise.RPC)
+		r.Advertise = &a
+	}
+	if o.Server != nil {
+		s := *r.Server
+		s.Enabled = s.Enabled || o.Server.Enabled
+		setInt(&s.BootstrapExpect, o.Server.BootstrapExpect)
+		setInt(&s.RaftMultiplier, o.Server.RaftMultiplier)
+		setInt(&s.MaxRPCFrameBytes, o.Server.MaxRPCFrameBytes)
+		setStr(&s.HeartbeatGrace, o.Server.HeartbeatGrace)
+		setStr(&s.MinHeartbeatTTL, o.Server.MinHeartbeatTTL)
+		setStr(&s.FailoverHeartbeatTTL, o.Server.FailoverHeartbeatTTL)
+		if o.Server.ServerJoin != nil {
+			j := ServerJoin{}
+			if s.ServerJoin != nil {
+				j = *s.ServerJoin
+			}
+			j.RetryJoin = append(append([]string(nil), j.RetryJoin...), o.Server.ServerJoin.RetryJoin...)
+			setStr(&j.RetryInterval, o.Server.ServerJoin.RetryInterval)
+			s.ServerJoin = &j
+		}
+		r.Server = &s
+	}
+	if o.Client != nil {
+		cl := *r.Client
+		cl.Enabled = cl.Enabled || o.Client.Enabled
+		cl.Servers = append(append([]string(nil), cl.Servers...), o.Client.Servers...)
+		setStr(&cl.NodeClass, o.Client.NodeClass)
+		if o.Client.Meta != nil {
+			m := make(map[string]string, len(cl.Meta)+len(o.Client.Meta))
+			for k, v := range cl.Meta {
+				m[k] = v
+			}
+			for k, v := range o.Client.Meta {
+				m[k] = v
+			}
+			cl.Meta = m
+		}
+		r.Client = &cl
+	}
+	return &r
+}
+
+func setStr(dst *string, v string) {
+	if v != "" {
+		*dst = v
+	}
+}
+
+func setInt(dst *int, v int) {
+	if v != 0 {
+		*dst = v
+	}
+}
+
+// Validate checks the merged configuration.
+func (c *Config) Validate() error {
+	switch {
+	case !c.Server.Enabled && !c.Client.Enabled:
+		return errors.New("config: at least one of server or client must be enabled")
+	case c.DataDir == "" && !c.DevMode:
+		return errors.New("config: data_dir is required unless running with -dev")
+	case net.ParseIP(c.BindAddr) == nil:
+		return fmt.Errorf("config: bind_addr = %q is not an IP address", c.BindAddr)
+	case c.Ports.HTTP < 0 || c.Ports.HTTP > 65535:
+		return fmt.Errorf("config: ports.http = %d is out of range", c.Ports.HTTP)
+	case c.Ports.RPC < 0 || c.Ports.RPC > 65535:
+		return fmt.Errorf("config: ports.rpc = %d is out of range", c.Ports.RPC)
+	case c.Server.Enabled && c.Server.BootstrapExpect < 0:
+		return fmt.Errorf("config: server.bootstrap_expect = %d must not be negative", c.Server.BootstrapExpect)
+	case c.Client.Enabled && !c.Server.Enabled && len(c.Client.Servers) == 0:
+		return errors.New("config: a client without a local server needs client.servers")
+	}
+	switch strings.ToUpper(c.LogLevel) {
+	case "TRACE", "DEBUG", "INFO", "WARN", "ERROR":
+	default:
+		return fmt.Errorf("config: log_level = %q, want one of TRACE, DEBUG, INFO, WARN, ERROR", c.LogLevel)
+	}
+	return nil
+}
+
+// rpcAddr is the address the RPC listener binds.
+func (c *Config) rpcAddr() string {
+	return net.JoinHostPort(c.BindAddr, strconv.Itoa(c.Ports.RPC))
+}
+
+// httpAddr is the address the HTTP listener binds.
+func (c *Config) httpAddr() string {
+	return net.JoinHostPort(c.BindAddr, strconv.Itoa(c.Ports.HTTP))
+}
+
+func parseDurationOr(v string, def time.Duration) time.Duration {
+	if v == "" {
+		return def
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return def // validated at parse time
+	}
+	return d
+}

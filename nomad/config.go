@@ -1,0 +1,194 @@
+package nomad
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+	"github.com/roamhq/roam/structs"
+)
+
+// Config configures a server. DefaultConfig works as is for a single dev
+// server; Validate names the first bad value and changes nothing.
+type Config struct {
+	// NodeID is the server's Raft ID; persisted in DataDir when empty.
+	NodeID string
+	// NodeName is the human name shown by members and peers.
+	NodeName   string
+	Region     string
+	Datacenter string
+
+	// DataDir holds the Raft log, stable store and snapshots. Required
+	// unless DevMode is set.
+	DataDir string
+	// DevMode keeps Raft in memory; nothing survives a restart.
+	DevMode bool
+
+	// RPCAddr is where the server listens for RPC, Raft and client sessions.
+	RPCAddr string
+	// RPCAdvertise is the address other agents dial; defaults to the bound
+	// listener address.
+	RPCAdvertise string
+	// Listener, if set, is used instead of binding RPCAddr (tests).
+	Listener net.Listener
+
+	// BootstrapExpect is how many servers must know each other before the
+	// cluster bootstraps. 1 bootstraps a single server at once.
+	BootstrapExpect int
+	// RetryJoin are RPC addresses of other servers to contact until joined.
+	RetryJoin []string
+	// JoinInterval is how often servers probe each other.
+	JoinInterval time.Duration
+	// MemberFailAfter marks a server failed after this long without an answer.
+	MemberFailAfter time.Duration
+
+	// RaftMultiplier scales Raft's LAN timers; 1 is the fastest supported.
+	RaftMultiplier int
+	// RaftConfig is derived from the multiplier; tests may tune it directly.
+	RaftConfig *raft.Config
+	// RaftSnapshotThreshold and RaftSnapshotInterval override Raft's
+	// snapshot cadence when non-zero.
+	RaftSnapshotThreshold uint64
+	RaftSnapshotInterval  time.Duration
+
+	// MinHeartbeatTTL is the shortest TTL handed to a client.
+	MinHeartbeatTTL time.Duration
+	// MaxHeartbeatsPerSecond caps the cluster-wide heartbeat rate; TTLs grow
+	// with the node count to respect it.
+	MaxHeartbeatsPerSecond float64
+	// HeartbeatGrace is added to a TTL before a silent node is marked down.
+	HeartbeatGrace time.Duration
+	// FailoverHeartbeatTTL is the TTL a new leader gives every known node, so
+	// a client that died during a leader change is caught within this bound
+	// plus HeartbeatGrace.
+	FailoverHeartbeatTTL time.Duration
+
+	// RPCHoldTimeout is how long a request waits for a leader before
+	// failing with ErrNoLeader.
+	RPCHoldTimeout time.Duration
+	// RPCMaxFrameBytes bounds one RPC request (header plus body).
+	RPCMaxFrameBytes int
+	// RPCHandshakeTimeout bounds the wait for a new connection's first byte.
+	RPCHandshakeTimeout time.Duration
+
+	Logger hclog.Logger
+}
+
+// DefaultConfig returns a configuration for a single server bound to
+// 127.0.0.1:4647 that keeps its data in memory until DataDir is set.
+func DefaultConfig() *Config {
+	host, _ := os.Hostname()
+	return &Config{
+		NodeName:               host,
+		Region:                 structs.DefaultRegion,
+		Datacenter:             "dc1",
+		RPCAddr:                "127.0.0.1:4647",
+		BootstrapExpect:        1,
+		JoinInterval:           time.Second,
+		MemberFailAfter:        5 * time.Second,
+		RaftMultiplier:         1,
+		MinHeartbeatTTL:        10 * time.Second,
+		MaxHeartbeatsPerSecond: 50,
+		HeartbeatGrace:         10 * time.Second,
+		FailoverHeartbeatTTL:   20 * time.Second,
+		RPCHoldTimeout:         5 * time.Second,
+		RPCMaxFrameBytes:       4 << 20,
+		RPCHandshakeTimeout:    10 * time.Second,
+		Logger:                 hclog.NewNullLogger(),
+	}
+}
+
+// TestConfig returns a configuration with fast timers, a temp data dir and
+// a port chosen by the kernel.
+func TestConfig(t testing.TB) *Config {
+	c := DefaultConfig()
+	c.NodeName = t.Name()
+	c.DataDir = t.TempDir()
+	c.RPCAddr = "127.0.0.1:0"
+	c.JoinInterval = 50 * time.Millisecond
+	c.MemberFailAfter = 500 * time.Millisecond
+	c.MinHeartbeatTTL = 500 * time.Millisecond
+	c.HeartbeatGrace = 250 * time.Millisecond
+	c.FailoverHeartbeatTTL = 500 * time.Millisecond
+	c.RPCHoldTimeout = 2 * time.Second
+	rc := raft.DefaultConfig()
+	rc.HeartbeatTimeout = 100 * time.Millisecond
+	rc.ElectionTimeout = 100 * time.Millisecond
+	rc.LeaderLeaseTimeout = 50 * time.Millisecond
+	rc.CommitTimeout = 5 * time.Millisecond
+	c.RaftConfig = rc
+	c.Logger = hclog.New(&hclog.LoggerOptions{
+		Name:   c.NodeName,
+		Level:  hclog.Warn,
+		Output: hclog.DefaultOutput,
+	})
+	return c
+}
+
+// Validate reports the first invalid value, by name.
+func (c *Config) Validate() error {
+	switch {
+	case c == nil:
+		return errors.New("config: missing")
+	case c.Region == "":
+		return errors.New("config: region must be set")
+	case c.Datacenter == "":
+		return errors.New("config: datacenter must be set")
+	case !c.DevMode && c.DataDir == "":
+		return errors.New("config: data_dir is required outside dev mode")
+	case c.Listener == nil && c.RPCAddr == "":
+		return errors.New("config: rpc address must be set")
+	case c.BootstrapExpect < 0:
+		return fmt.Errorf("config: bootstrap_expect = %d, must not be negative", c.BootstrapExpect)
+	case c.BootstrapExpect == 0 && len(c.RetryJoin) == 0:
+		return errors.New("config: bootstrap_expect = 0 needs retry_join addresses to join an existing cluster")
+	case c.RaftMultiplier < 1 || c.RaftMultiplier > 10:
+		return fmt.Errorf("config: raft_multiplier = %d, must be between 1 and 10", c.RaftMultiplier)
+	case c.MinHeartbeatTTL <= 0:
+		return fmt.Errorf("config: min heartbeat ttl = %s, must be positive", c.MinHeartbeatTTL)
+	case c.MaxHeartbeatsPerSecond <= 0:
+		return fmt.Errorf("config: max heartbeats per second = %v, must be positive", c.MaxHeartbeatsPerSecond)
+	case c.HeartbeatGrace < 0:
+		return fmt.Errorf("config: heartbeat grace = %s, must not be negative", c.HeartbeatGrace)
+	case c.FailoverHeartbeatTTL <= 0:
+		return fmt.Errorf("config: failover heartbeat ttl = %s, must be positive", c.FailoverHeartbeatTTL)
+	case c.RPCHoldTimeout <= 0:
+		return fmt.Errorf("config: rpc hold timeout = %s, must be positive", c.RPCHoldTimeout)
+	case c.RPCMaxFrameBytes < 1024:
+		return fmt.Errorf("config: rpc max frame bytes = %d, must be at least 1024", c.RPCMaxFrameBytes)
+	case c.JoinInterval <= 0:
+		return fmt.Errorf("config: join interval = %s, must be positive", c.JoinInterval)
+	case c.MemberFailAfter <= c.JoinInterval:
+		return fmt.Errorf("config: member fail after = %s, must exceed the join interval %s", c.MemberFailAfter, c.JoinInterval)
+	}
+	return nil
+}
+
+// raftConfig returns the Raft configuration, scaled by RaftMultiplier unless
+// one was given explicitly.
+func (c *Config) raftConfig() *raft.Config {
+	var rc raft.Config
+	if c.RaftConfig != nil {
+		rc = *c.RaftConfig
+	} else {
+		rc = *raft.DefaultConfig()
+		m := time.Duration(c.RaftMultiplier)
+		rc.HeartbeatTimeout *= m
+		rc.ElectionTimeout *= m
+		rc.LeaderLeaseTimeout *= m
+	}
+	if c.RaftSnapshotThreshold > 0 {
+		rc.SnapshotThreshold = c.RaftSnapshotThreshold
+	}
+	if c.RaftSnapshotInterval > 0 {
+		rc.SnapshotInterval = c.RaftSnapshotInterval
+	}
+	rc.LocalID = raft.ServerID(c.NodeID)
+	rc.Logger = c.Logger.Named("raft")
+	return &rc
+}

@@ -1,0 +1,155 @@
+package nomad
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	memdb "github.com/hashicorp/go-memdb"
+	"github.com/hashicorp/raft"
+	"github.com/roamhq/roam/state"
+	"github.com/roamhq/roam/structs"
+)
+
+// forward sends a request to the leader unless this server should answer it:
+// it is the leader, or the request is a stale read. It reports whether the
+// request was handled (forwarded, or failed). While there is no leader it
+// waits up to the hold timeout, then fails with ErrNoLeader.
+func (s *Server) forward(method string, info structs.RPCInfo, args, reply any) (bool, error) {
+	if r := info.RequestRegion(); r != "" && r != s.config.Region {
+		return true, fmt.Errorf("%w: %q (this cluster is %q)", structs.ErrWrongRegion, r, s.config.Region)
+	}
+	if info.IsRead() && info.AllowStaleRead() {
+		return false, nil
+	}
+
+	ctx, cancel := context.WithTimeout(s.shutdownCtx, s.config.RPCHoldTimeout)
+	defer cancel()
+	for {
+		changed := s.leaderChanged()
+		if s.IsLeader() {
+			return false, nil
+		}
+		leaderAddr, _ := s.Leader()
+		if leaderAddr != "" && leaderAddr != s.advertise {
+			err := s.forwardTo(leaderAddr, method, info, args, reply)
+			retry := errors.Is(err, errDial) ||
+				errors.Is(err, structs.ErrNoLeader) && !errors.Is(err, errConnLost) && !errors.Is(err, context.DeadlineExceeded)
+			if !retry {
+				return true, err
+			}
+			// The leader was unreachable, or answered that it is stepping
+			// down before applying anything: wait for the next one.
+		}
+		select {
+		case <-changed:
+		case <-time.After(jitter(s.config.RPCHoldTimeout/20, 2)):
+		case <-ctx.Done():
+			if s.shutdownCtx.Err() != nil {
+				return true, structs.ErrShutdown
+			}
+			return true, fmt.Errorf("%w: waited %s for %s", structs.ErrNoLeader, s.config.RPCHoldTimeout, method)
+		}
+	}
+}
+
+// forwardTo calls the leader. The call's own bound is the query's blocking
+// time for reads, plus slack for the leader's reply.
+func (s *Server) forwardTo(addr, method string, info structs.RPCInfo, args, reply any) error {
+	timeout := 30 * time.Second
+	if q, ok := info.(interface{ TimeToBlock() time.Duration }); ok {
+		timeout += q.TimeToBlock()
+	}
+	ctx, cancel := context.WithTimeout(s.shutdownCtx, timeout)
+	defer cancel()
+	err := s.connPool.RPC(ctx, addr, method, args, reply)
+	if errors.Is(err, errConnLost) || errors.Is(err, context.DeadlineExceeded) {
+		// Whether the leader ran the call is unknown, so the caller gets a
+		// retryable error instead of a silent second attempt here.
+		return fmt.Errorf("%w: %w", structs.ErrNoLeader, err)
+	}
+	return err
+}
+
+// leaderChanged returns a channel closed at the next observed leader change.
+func (s *Server) leaderChanged() <-chan struct{} {
+	s.leaderChangeMu.Lock()
+	defer s.leaderChangeMu.Unlock()
+	return s.leaderChangeCh
+}
+
+// notifyLeaderChange wakes everything waiting for a leader.
+func (s *Server) notifyLeaderChange() {
+	s.leaderChangeMu.Lock()
+	defer s.leaderChangeMu.Unlock()
+	close(s.leaderChangeCh)
+	s.leaderChangeCh = make(chan struct{})
+}
+
+// raftApply commits msg through Raft and returns the FSM's response and
+// the entry's index. Losing leadership mid-apply is ErrNoLeader.
+func (s *Server) raftApply(t structs.MessageType, msg any) (any, uint64, error) {
+	buf, err := structs.Encode(t, msg)
+	if err != nil {
+		return nil, 0, fmt.Errorf("encode %s: %w", t, err)
+	}
+	future := s.raft.Apply(buf, 30*time.Second)
+	if err := future.Error(); err != nil {
+		if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) ||
+			errors.Is(err, raft.ErrLeadershipTransferInProgress) || errors.Is(err, raft.ErrRaftShutdown) {
+			return nil, 0, fmt.Errorf("%w: %s not applied: %v", structs.ErrNoLeader, t, err)
+		}
+		return nil, 0, fmt.Errorf("raft apply %s: %w", t, err)
+	}
+	resp := future.Response()
+	if err, ok := resp.(error); ok && err != nil {
+		return nil, future.Index(), err
+	}
+	return resp, future.Index(), nil
+}
+
+// queryFn reads from store, adding what it read to ws, and fills the reply
+// including its index.
+type queryFn func(ws memdb.WatchSet, store *state.StateStore) error
+
+// blockingRPC runs fn, and while the result's index is not past
+// MinQueryIndex, waits for what fn read to change and runs it again.
+func (s *Server) blockingRPC(opts *structs.QueryOptions, meta *structs.QueryMeta, fn queryFn) error {
+	// A little jitter spreads the wake-ups of many identical queries.
+	ctx, cancel := context.WithTimeout(s.shutdownCtx, jitter(opts.TimeToBlock(), 16))
+	defer cancel()
+	for {
+		store := s.fsm.State()
+		ws := memdb.NewWatchSet()
+		ws.Add(store.AbandonCh())
+		if err := fn(ws, store); err != nil {
+			return err
+		}
+		s.setQueryMeta(meta)
+		if meta.Index == 0 {
+			// An index of 0 would turn a client's blocking loop into a busy one.
+			meta.Index = 1
+		}
+		if opts.MinQueryIndex == 0 || meta.Index > opts.MinQueryIndex {
+			return nil
+		}
+		if err := ws.WatchCtx(ctx); err != nil {
+			return nil // timed out: answer with what we have
+		}
+	}
+}
+
+// setQueryMeta fills in what the answering server knows of the leader.
+func (s *Server) setQueryMeta(m *structs.QueryMeta) {
+	if s.IsLeader() {
+		m.LastContact = 0
+		m.KnownLeader = true
+		return
+	}
+	if last := s.raft.LastContact(); !last.IsZero() {
+		m.LastContact = time.Since(last)
+	}
+	addr, _ := s.Leader()
+	m.KnownLeader = addr != ""
+}

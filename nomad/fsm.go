@@ -1,0 +1,194 @@
+package nomad
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/go-msgpack/v2/codec"
+	"github.com/hashicorp/raft"
+	"github.com/roamhq/roam/state"
+	"github.com/roamhq/roam/structs"
+)
+
+// snapshotRecord types, one per table, written before each object.
+type snapshotRecord uint8
+
+const (
+	snapIndex snapshotRecord = iota + 1
+	snapNode
+	snapEnd
+)
+
+// FSM applies committed Raft entries to the state store. Apply touches
+// nothing but the store.
+type FSM struct {
+	logger hclog.Logger
+
+	// mu guards state, which a restore swaps.
+	mu    sync.RWMutex
+	state *state.StateStore
+}
+
+var _ raft.FSM = (*FSM)(nil)
+
+// NewFSM returns an FSM over an empty store.
+func NewFSM(logger hclog.Logger) (*FSM, error) {
+	st, err := state.NewStateStore()
+	if err != nil {
+		return nil, err
+	}
+	return &FSM{logger: logger.Named("fsm"), state: st}, nil
+}
+
+// State returns the current store.
+func (f *FSM) State() *state.StateStore {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.state
+}
+
+// errUnknownMessage is returned for a log entry no handler knows. Every
+// server hits it at the same index, so state stays identical; it means a
+// newer server wrote an entry this build does not understand.
+var errUnknownMessage = errors.New("fsm: unknown message type")
+
+// Apply applies one committed entry and returns nil or an error value,
+// which the writer receives from its apply future.
+func (f *FSM) Apply(l *raft.Log) any {
+	if l.Type != raft.LogCommand || len(l.Data) == 0 {
+		return nil
+	}
+	t := structs.MessageType(l.Data[0])
+	body := l.Data[1:]
+	st := f.State()
+	switch t {
+	case structs.NodeRegisterRequestType:
+		var req structs.NodeRegisterRequest
+		if err := structs.Decode(body, &req); err != nil {
+			return fmt.Errorf("fsm: decode %s: %w", t, err)
+		}
+		return st.UpsertNode(l.Index, req.Node)
+	case structs.NodeUpdateStatusRequestType:
+		var req structs.NodeUpdateStatusRequest
+		if err := structs.Decode(body, &req); err != nil {
+			return fmt.Errorf("fsm: decode %s: %w", t, err)
+		}
+		return st.UpdateNodeStatus(l.Index, req.NodeID, req.Status, req.UpdatedAt)
+	case structs.NodeDeregisterRequestType:
+		var req structs.NodeDeregisterRequest
+		if err := structs.Decode(body, &req); err != nil {
+			return fmt.Errorf("fsm: decode %s: %w", t, err)
+		}
+		return st.DeleteNodes(l.Index, req.NodeIDs)
+	default:
+		f.logger.Error("unknown message type in raft log", "type", uint8(t), "index", l.Index)
+		return fmt.Errorf("%w %d at index %d", errUnknownMessage, t, l.Index)
+	}
+}
+
+// Snapshot captures the store as it is now; Persist streams it later
+// without blocking Apply.
+func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
+	return &fsmSnapshot{snap: f.State().Snapshot()}, nil
+}
+
+// Restore replaces the store with the snapshot's contents and wakes every
+// blocked query on the old store.
+func (f *FSM) Restore(rc io.ReadCloser) error {
+	defer rc.Close()
+	fresh, err := state.NewStateStore()
+	if err != nil {
+		return err
+	}
+	restore := fresh.Restore()
+	defer restore.Abort()
+
+	dec := codec.NewDecoder(rc, structs.MsgpackHandle)
+	for {
+		var rec snapshotRecord
+		if err := dec.Decode(&rec); err != nil {
+			return fmt.Errorf("fsm: restore: read record type: %w", err)
+		}
+		switch rec {
+		case snapEnd:
+			restore.Commit()
+			f.mu.Lock()
+			old := f.state
+			f.state = fresh
+			f.mu.Unlock()
+			old.Abandon()
+			return nil
+		case snapIndex:
+			var e state.IndexEntry
+			if err := dec.Decode(&e); err != nil {
+				return fmt.Errorf("fsm: restore index: %w", err)
+			}
+			if err := restore.IndexEntry(&e); err != nil {
+				return err
+			}
+		case snapNode:
+			var n structs.Node
+			if err := dec.Decode(&n); err != nil {
+				return fmt.Errorf("fsm: restore node: %w", err)
+			}
+			if err := restore.Node(&n); err != nil {
+				return err
+			}
+		default:
+			return fmt.Errorf("fsm: restore: unknown record type %d", rec)
+		}
+	}
+}
+
+type fsmSnapshot struct {
+	snap *state.StateSnapshot
+}
+
+func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
+	if err := s.persist(sink); err != nil {
+		sink.Cancel()
+		return err
+	}
+	return sink.Close()
+}
+
+func (s *fsmSnapshot) persist(w io.Writer) error {
+	enc := codec.NewEncoder(w, structs.MsgpackHandle)
+	write := func(rec snapshotRecord, obj any) error {
+		if err := enc.Encode(rec); err != nil {
+			return fmt.Errorf("fsm: snapshot: %w", err)
+		}
+		if obj == nil {
+			return nil
+		}
+		if err := enc.Encode(obj); err != nil {
+			return fmt.Errorf("fsm: snapshot: %w", err)
+		}
+		return nil
+	}
+
+	indexes, err := s.snap.Indexes()
+	if err != nil {
+		return err
+	}
+	for _, e := range indexes {
+		if err := write(snapIndex, e); err != nil {
+			return err
+		}
+	}
+	nodes, err := s.snap.Nodes(nil)
+	if err != nil {
+		return err
+	}
+	for _, n := range nodes {
+		if err := write(snapNode, n); err != nil {
+			return err
+		}
+	}
+	return write(snapEnd, nil)
+}
+
+func (s *fsmSnapshot) Release() {}

@@ -1,0 +1,132 @@
+package nomad
+
+import (
+	"context"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// monitorLeadership starts the leader's duties when this server gains
+// leadership and stops them when it loses it, and wakes requests waiting
+// for a leader whenever the observed leader changes.
+func (s *Server) monitorLeadership() {
+	obsCh := make(chan raft.Observation, 16)
+	observer := raft.NewObserver(obsCh, false, func(o *raft.Observation) bool {
+		_, ok := o.Data.(raft.LeaderObservation)
+		return ok
+	})
+	s.raft.RegisterObserver(observer)
+	defer s.raft.DeregisterObserver(observer)
+
+	for {
+		select {
+		case isLeader := <-s.raftNotifyCh:
+			if isLeader {
+				s.establishLeadership()
+			} else {
+				s.revokeLeadership()
+			}
+			s.notifyLeaderChange()
+		case obs := <-obsCh:
+			lo := obs.Data.(raft.LeaderObservation)
+			s.logger.Debug("leader observed", "leader", lo.LeaderAddr, "leader_id", lo.LeaderID)
+			s.notifyLeaderChange()
+		case <-s.shutdownCtx.Done():
+			return
+		}
+	}
+}
+
+// establishLeadership waits until the FSM has applied everything the
+// previous leader committed, then starts the leader's duties under a
+// context that revokeLeadership cancels.
+func (s *Server) establishLeadership() {
+	s.logger.Info("cluster leadership acquired")
+	if err := s.raft.Barrier(time.Minute).Error(); err != nil {
+		// Without the barrier this leader's view may be stale; leave the
+		// duties off and let Raft elect again.
+		s.logger.Error("barrier after election failed; not starting leader duties", "error", err)
+		return
+	}
+
+	s.leaderMu.Lock()
+	defer s.leaderMu.Unlock()
+	if s.leaderCancel != nil {
+		return // already leading
+	}
+	ctx, cancel := context.WithCancel(s.shutdownCtx)
+	s.leaderCancel = cancel
+
+	if err := s.heartbeats.start(ctx, &s.leaderWG); err != nil {
+		s.logger.Error("failed to arm heartbeat timers", "error", err)
+	}
+	s.leaderWG.Add(1)
+	go func() {
+		defer s.leaderWG.Done()
+		s.reconcileLoop(ctx)
+	}()
+}
+
+// revokeLeadership stops every leader duty and waits for them to return.
+// Safe to call when not leading.
+func (s *Server) revokeLeadership() {
+	s.leaderMu.Lock()
+	defer s.leaderMu.Unlock()
+	if s.leaderCancel == nil {
+		return
+	}
+	s.logger.Info("cluster leadership lost")
+	s.leaderCancel()
+	s.leaderCancel = nil
+	s.leaderWG.Wait()
+	s.heartbeats.stop()
+}
+
+// reconcileLoop keeps the Raft configuration in step with the servers that
+// have joined: a new server becomes a voter as soon as the leader hears of it.
+func (s *Server) reconcileLoop(ctx context.Context) {
+	ticker := time.NewTicker(s.config.JoinInterval)
+	defer ticker.Stop()
+	for {
+		s.reconcileVoters()
+		select {
+		case <-ticker.C:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+func (s *Server) reconcileVoters() {
+	future := s.raft.GetConfiguration()
+	if err := future.Error(); err != nil {
+		s.logger.Warn("read raft configuration", "error", err)
+		return
+	}
+	inConfig := make(map[raft.ServerID]raft.ServerAddress)
+	for _, srv := range future.Configuration().Servers {
+		inConfig[srv.ID] = srv.Address
+	}
+	for _, m := range s.members.alive() {
+		id, addr := raft.ServerID(m.ID), raft.ServerAddress(m.Addr)
+		if got, ok := inConfig[id]; ok && got == addr {
+			continue
+		}
+		// A server that came back with a new identity on an old address
+		// replaces its stale entry.
+		for oldID, oldAddr := range inConfig {
+			if oldAddr == addr && oldID != id {
+				s.logger.Info("removing stale raft peer", "id", oldID, "address", oldAddr)
+				if err := s.raft.RemoveServer(oldID, 0, 0).Error(); err != nil {
+					s.logger.Warn("remove stale raft peer", "id", oldID, "error", err)
+					return
+				}
+			}
+		}
+		s.logger.Info("adding server as voter", "id", m.ID, "name", m.Name, "address", m.Addr)
+		if err := s.raft.AddVoter(id, addr, 0, 0).Error(); err != nil {
+			s.logger.Warn("add voter", "id", m.ID, "error", err)
+		}
+	}
+}

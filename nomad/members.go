@@ -1,0 +1,202 @@
+package nomad
+
+import (
+	"context"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"github.com/roamhq/roam/structs"
+)
+
+// memberList is this server's view of the other servers, learned by probing
+// retry_join addresses and every server heard of since. It stands in for a
+// gossip layer: a server is alive while it answers probes.
+type memberList struct {
+	self *structs.ServerMember
+	// failAfter is how long a server may go unheard before it is failed.
+	failAfter time.Duration
+
+	mu      sync.Mutex
+	members map[string]*memberState // by server ID
+	addrs   map[string]struct{}     // every address heard of, to probe
+}
+
+type memberState struct {
+	member   structs.ServerMember
+	hasState bool
+	lastSeen time.Time
+}
+
+func newMemberList(self *structs.ServerMember, failAfter time.Duration) *memberList {
+	return &memberList{
+		self:      self,
+		failAfter: failAfter,
+		members: make(map[string]*memberState),
+		addrs:   make(map[string]struct{}),
+	}
+}
+
+// seen records a direct answer from (or call by) m.
+func (l *memberList) seen(m structs.ServerMember, hasState bool) {
+	if m.ID == "" || m.ID == l.self.ID {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.members[m.ID] = &memberState{member: m, hasState: hasState, lastSeen: time.Now()}
+	l.addrs[m.Addr] = struct{}{}
+}
+
+// learn records an address worth probing.
+func (l *memberList) learn(addr string) {
+	if addr == "" || addr == l.self.Addr {
+		return
+	}
+	l.mu.Lock()
+	l.addrs[addr] = struct{}{}
+	l.mu.Unlock()
+}
+
+// targets returns the addresses to probe, sorted.
+func (l *memberList) targets() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make([]string, 0, len(l.addrs))
+	for a := range l.addrs {
+		out = append(out, a)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// list returns every known server including this one, sorted by name, with
+// Status set from how recently each answered.
+func (l *memberList) list() []*structs.ServerMember {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	self := *l.self
+	out := []*structs.ServerMember{&self}
+	for _, st := range l.members {
+		m := st.member
+		m.Status = structs.MemberAlive
+		if time.Since(st.lastSeen) > l.failAfter {
+			m.Status = structs.MemberFailed
+		}
+		out = append(out, &m)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Name != out[j].Name {
+			return out[i].Name < out[j].Name
+		}
+		return out[i].ID < out[j].ID
+	})
+	return out
+}
+
+// alive returns the servers that answered recently, including this one.
+func (l *memberList) alive() []*structs.ServerMember {
+	var out []*structs.ServerMember
+	for _, m := range l.list() {
+		if m.Status == structs.MemberAlive {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// anyHasState reports whether an alive peer already belongs to a cluster.
+func (l *memberList) anyHasState() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, st := range l.members {
+		if st.hasState && time.Since(st.lastSeen) <= l.failAfter {
+			return true
+		}
+	}
+	return false
+}
+
+// joinLoop probes every known server address each JoinInterval, which is
+// how servers find each other, bootstrap once BootstrapExpect of them agree,
+// and notice when a server stops answering.
+func (s *Server) joinLoop() {
+	for _, addr := range s.config.RetryJoin {
+		s.members.learn(addr)
+	}
+	ticker := time.NewTicker(s.config.JoinInterval)
+	defer ticker.Stop()
+	for {
+		s.probeMembers()
+		s.maybeBootstrap()
+		select {
+		case <-ticker.C:
+		case <-s.shutdownCtx.Done():
+			return
+		}
+	}
+}
+
+func (s *Server) probeMembers() {
+	req := structs.ServerJoinRequest{Member: *s.selfMember(), HasState: s.hasRaftState.Load()}
+	var wg sync.WaitGroup
+	for _, addr := range s.members.targets() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(s.shutdownCtx, s.config.MemberFailAfter)
+			defer cancel()
+			var resp structs.ServerJoinResponse
+			if err := s.connPool.RPC(ctx, addr, "Status.Join", &req, &resp); err != nil {
+				s.logger.Trace("probe failed", "address", addr, "error", err)
+				return
+			}
+			if resp.Self.Region != s.config.Region {
+				s.logger.Warn("server at join address is in another region; ignoring",
+					"address", addr, "region", resp.Self.Region)
+				return
+			}
+			s.members.seen(resp.Self, resp.HasState)
+			for _, m := range resp.Members {
+				s.members.learn(m.Addr)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// maybeBootstrap bootstraps a new cluster once BootstrapExpect servers
+// without Raft state know each other. A server that finds a peer already in
+// a cluster waits for that cluster's leader to add it instead.
+func (s *Server) maybeBootstrap() {
+	if s.hasRaftState.Load() {
+		return
+	}
+	if cfg := s.raft.GetConfiguration(); cfg.Error() == nil && len(cfg.Configuration().Servers) > 0 {
+		// A leader reached us and replicated its configuration.
+		s.hasRaftState.Store(true)
+		return
+	}
+	expect := s.config.BootstrapExpect
+	if expect <= 1 || s.members.anyHasState() {
+		return
+	}
+	alive := s.members.alive()
+	if len(alive) < expect {
+		return
+	}
+	sort.Slice(alive, func(i, j int) bool { return alive[i].ID < alive[j].ID })
+	if err := s.bootstrap(alive); err != nil {
+		s.logger.Error("bootstrap failed", "error", err)
+	}
+}
+
+// raftConfiguration returns the current Raft configuration.
+func (s *Server) raftConfiguration() (raft.Configuration, uint64, error) {
+	f := s.raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return raft.Configuration{}, 0, err
+	}
+	return f.Configuration(), f.Index(), nil
+}

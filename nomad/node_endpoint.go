@@ -1,0 +1,190 @@
+package nomad
+
+import (
+	"fmt"
+	"time"
+
+	memdb "github.com/hashicorp/go-memdb"
+	"github.com/roamhq/roam/state"
+	"github.com/roamhq/roam/structs"
+)
+
+// Node serves client registration, heartbeats and node reads.
+type Node struct {
+	srv *Server
+}
+
+// Register adds a node or updates it. A node may re-register with its own
+// secret only; registering a known ID with another secret is refused.
+func (n *Node) Register(args *structs.NodeRegisterRequest, reply *structs.NodeUpdateResponse) error {
+	if done, err := n.srv.forward("Node.Register", args, args, reply); done {
+		return err
+	}
+	if err := args.Node.Validate(); err != nil {
+		return err
+	}
+	store := n.srv.State()
+	existing, err := store.NodeByID(nil, args.Node.ID)
+	if err != nil {
+		return err
+	}
+	if existing != nil && existing.SecretID != args.Node.SecretID {
+		return fmt.Errorf("%w: node %s is registered with another secret", structs.ErrPermissionDenied, args.Node.ID)
+	}
+	if holder, err := store.NodeBySecretID(nil, args.Node.SecretID); err != nil {
+		return err
+	} else if holder != nil && holder.ID != args.Node.ID {
+		return fmt.Errorf("%w: secret belongs to another node", structs.ErrPermissionDenied)
+	}
+
+	node := args.Node.Copy()
+	if node.Status == "" {
+		node.Status = structs.NodeStatusInit
+	}
+	node.StatusUpdatedAt = time.Now().Unix()
+	req := structs.NodeRegisterRequest{Node: node, WriteRequest: args.WriteRequest}
+	_, index, err := n.srv.raftApply(structs.NodeRegisterRequestType, &req)
+	if err != nil {
+		return err
+	}
+	reply.Index = index
+	return n.heartbeatReply(node.ID, node.Status, reply)
+}
+
+// UpdateStatus is a client's heartbeat, and how it reports a status
+// change. Only the node itself (its secret as the token) may call it.
+func (n *Node) UpdateStatus(args *structs.NodeUpdateStatusRequest, reply *structs.NodeUpdateResponse) error {
+	if done, err := n.srv.forward("Node.UpdateStatus", args, args, reply); done {
+		return err
+	}
+	if args.NodeID == "" {
+		return fmt.Errorf("%w: missing node ID", structs.ErrInvalidRequest)
+	}
+	if !structs.ValidNodeStatus(args.Status) {
+		return fmt.Errorf("%w: invalid node status %q", structs.ErrInvalidRequest, args.Status)
+	}
+	node, err := n.srv.State().NodeByID(nil, args.NodeID)
+	if err != nil {
+		return err
+	}
+	if node == nil {
+		return fmt.Errorf("%w: %s", structs.ErrUnknownNode, args.NodeID)
+	}
+	if args.AuthToken != node.SecretID {
+		return fmt.Errorf("%w: token does not belong to node %s", structs.ErrPermissionDenied, args.NodeID)
+	}
+
+	reply.Index = node.ModifyIndex
+	if node.Status != args.Status {
+		req := structs.NodeUpdateStatusRequest{
+			NodeID:       args.NodeID,
+			Status:       args.Status,
+			UpdatedAt:    time.Now().Unix(),
+			WriteRequest: args.WriteRequest,
+		}
+		_, index, err := n.srv.raftApply(structs.NodeUpdateStatusRequestType, &req)
+		if err != nil {
+			return err
+		}
+		reply.Index = index
+		n.srv.logger.Info("node status changed", "node_id", args.NodeID, "from", node.Status, "to", args.Status)
+	}
+	return n.heartbeatReply(args.NodeID, args.Status, reply)
+}
+
+// heartbeatReply arms the node's timer (or clears it for a node going
+// down) and fills in the TTL and the servers the client may use.
+func (n *Node) heartbeatReply(nodeID, status string, reply *structs.NodeUpdateResponse) error {
+	if status == structs.NodeStatusDown {
+		n.srv.heartbeats.clear(nodeID)
+	} else {
+		ttl, err := n.srv.heartbeats.reset(nodeID)
+		if err != nil {
+			return err
+		}
+		reply.HeartbeatTTL = ttl
+	}
+	reply.LeaderRPCAddr, _ = n.srv.Leader()
+	for _, m := range n.srv.members.alive() {
+		reply.Servers = append(reply.Servers, &structs.NodeServerInfo{
+			RPCAdvertiseAddr: m.Addr,
+			Datacenter:       m.Datacenter,
+		})
+	}
+	n.srv.setQueryMeta(&reply.QueryMeta)
+	return nil
+}
+
+// Deregister removes nodes. Unknown IDs fail the whole request.
+func (n *Node) Deregister(args *structs.NodeDeregisterRequest, reply *structs.GenericResponse) error {
+	if done, err := n.srv.forward("Node.Deregister", args, args, reply); done {
+		return err
+	}
+	if len(args.NodeIDs) == 0 {
+		return fmt.Errorf("%w: no node IDs given", structs.ErrInvalidRequest)
+	}
+	store := n.srv.State()
+	for _, id := range args.NodeIDs {
+		node, err := store.NodeByID(nil, id)
+		if err != nil {
+			return err
+		}
+		if node == nil {
+			return fmt.Errorf("%w: %s", structs.ErrUnknownNode, id)
+		}
+	}
+	_, index, err := n.srv.raftApply(structs.NodeDeregisterRequestType, args)
+	if err != nil {
+		return err
+	}
+	for _, id := range args.NodeIDs {
+		n.srv.heartbeats.clear(id)
+	}
+	reply.Index = index
+	return nil
+}
+
+// List returns node stubs, filtered by ID prefix; a blocking query.
+func (n *Node) List(args *structs.NodeListRequest, reply *structs.NodeListResponse) error {
+	if done, err := n.srv.forward("Node.List", args, args, reply); done {
+		return err
+	}
+	return n.srv.blockingRPC(&args.QueryOptions, &reply.QueryMeta, func(ws memdb.WatchSet, store *state.StateStore) error {
+		nodes, err := store.NodesByIDPrefix(ws, args.Prefix)
+		if err != nil {
+			return err
+		}
+		reply.Nodes = make([]*structs.NodeListStub, 0, len(nodes))
+		for _, node := range nodes {
+			reply.Nodes = append(reply.Nodes, node.Stub())
+		}
+		reply.Index, err = store.Index(state.TableNodes)
+		return err
+	})
+}
+
+// GetNode returns one node, without its secret unless the caller is that
+// node; Node is nil when there is no such node. A blocking query.
+func (n *Node) GetNode(args *structs.NodeSpecificRequest, reply *structs.SingleNodeResponse) error {
+	if done, err := n.srv.forward("Node.GetNode", args, args, reply); done {
+		return err
+	}
+	return n.srv.blockingRPC(&args.QueryOptions, &reply.QueryMeta, func(ws memdb.WatchSet, store *state.StateStore) error {
+		node, err := store.NodeByID(ws, args.NodeID)
+		if err != nil {
+			return err
+		}
+		if node == nil {
+			reply.Node = nil
+			reply.Index, err = store.Index(state.TableNodes)
+			return err
+		}
+		if args.AuthToken != "" && args.AuthToken == node.SecretID {
+			reply.Node = node.Copy()
+		} else {
+			reply.Node = node.Sanitize()
+		}
+		reply.Index = node.ModifyIndex
+		return nil
+	})
+}

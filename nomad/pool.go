@@ -1,0 +1,126 @@
+package nomad
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/rpc"
+	"sync"
+	"time"
+
+	"github.com/roamhq/roam/structs"
+)
+
+// connPool keeps one multiplexing RPC client per server address for
+// server-to-server calls (forwarding, joining). net/rpc matches replies to
+// calls by sequence number, so concurrent calls share one connection.
+type connPool struct {
+	dialTimeout time.Duration
+
+	mu       sync.Mutex
+	clients  map[string]*rpc.Client
+	shutdown bool
+}
+
+func newConnPool(dialTimeout time.Duration) *connPool {
+	return &connPool{dialTimeout: dialTimeout, clients: make(map[string]*rpc.Client)}
+}
+
+// errDial marks a failure to reach the server at all: nothing was sent, so
+// the call is safe to retry anywhere.
+var errDial = errors.New("dial failed")
+
+// errConnLost marks a connection that broke after the call was sent: the
+// call may or may not have run.
+var errConnLost = errors.New("connection lost")
+
+func (p *connPool) get(addr string) (*rpc.Client, error) {
+	p.mu.Lock()
+	if p.shutdown {
+		p.mu.Unlock()
+		return nil, structs.ErrShutdown
+	}
+	if c, ok := p.clients[addr]; ok {
+		p.mu.Unlock()
+		return c, nil
+	}
+	p.mu.Unlock()
+
+	// Dial without the lock; a racing dial to the same address loses below.
+	conn, err := net.DialTimeout("tcp", addr, p.dialTimeout)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", errDial, addr, err)
+	}
+	if tcp, ok := conn.(*net.TCPConn); ok {
+		_ = tcp.SetKeepAlive(true)
+		_ = tcp.SetKeepAlivePeriod(10 * time.Second)
+	}
+	if _, err := conn.Write([]byte{structs.RPCNomad}); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("%w: %s: %v", errDial, addr, err)
+	}
+	c := rpc.NewClientWithCodec(structs.NewClientCodec(conn))
+
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.shutdown {
+		c.Close()
+		return nil, structs.ErrShutdown
+	}
+	if existing, ok := p.clients[addr]; ok {
+		c.Close()
+		return existing, nil
+	}
+	p.clients[addr] = c
+	return c, nil
+}
+
+// drop forgets a broken client so the next call dials afresh.
+func (p *connPool) drop(addr string, c *rpc.Client) {
+	p.mu.Lock()
+	if p.clients[addr] == c {
+		delete(p.clients, addr)
+	}
+	p.mu.Unlock()
+	c.Close()
+}
+
+// RPC calls method on the server at addr. It returns when the reply
+// arrives, ctx ends, or the connection breaks. Errors from the remote
+// handler come back mapped to their sentinels.
+func (p *connPool) RPC(ctx context.Context, addr, method string, args, reply any) error {
+	c, err := p.get(addr)
+	if err != nil {
+		return err
+	}
+	call := c.Go(method, args, reply, make(chan *rpc.Call, 1))
+	select {
+	case <-call.Done:
+	case <-ctx.Done():
+		// The reply may still arrive; net/rpc discards it. The connection
+		// stays usable for other calls.
+		return ctx.Err()
+	}
+	if err := call.Error; err != nil {
+		var serverErr rpc.ServerError
+		if errors.As(err, &serverErr) {
+			return structs.FromRPCError(err)
+		}
+		// The connection failed: forget it. Whether the call ran is unknown.
+		p.drop(addr, c)
+		return fmt.Errorf("%w: rpc %s to %s: %v", errConnLost, method, addr, err)
+	}
+	return nil
+}
+
+// Shutdown closes every connection. Safe to call twice.
+func (p *connPool) Shutdown() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.shutdown = true
+	for addr, c := range p.clients {
+		c.Close()
+		delete(p.clients, addr)
+	}
+}

@@ -1,0 +1,197 @@
+package nomad
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/rpc"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-msgpack/v2/codec"
+	"github.com/hashicorp/raft"
+	"github.com/roamhq/roam/structs"
+)
+
+// errFrameTooLarge ends a connection whose request exceeded the limit.
+var errFrameTooLarge = errors.New("rpc request exceeds the frame size limit")
+
+// frameReader counts the bytes one request consumes and fails, for good,
+// once they pass the limit: after that the stream cannot be trusted to be
+// at a frame boundary, so the connection must end.
+type frameReader struct {
+	r     *bufio.Reader
+	limit int
+	n     int
+	err   error
+}
+
+func (f *frameReader) reset() { f.n = 0 }
+
+func (f *frameReader) Read(p []byte) (int, error) {
+	if f.err != nil {
+		return 0, f.err
+	}
+	if room := f.limit - f.n; len(p) > room+1 {
+		p = p[:room+1]
+	}
+	n, err := f.r.Read(p)
+	f.n += n
+	if f.n > f.limit {
+		f.err = fmt.Errorf("%w (%d bytes)", errFrameTooLarge, f.limit)
+		return 0, f.err
+	}
+	return n, err
+}
+
+func (f *frameReader) ReadByte() (byte, error) {
+	if f.err != nil {
+		return 0, f.err
+	}
+	b, err := f.r.ReadByte()
+	if err == nil {
+		f.n++
+		if f.n > f.limit {
+			f.err = fmt.Errorf("%w (%d bytes)", errFrameTooLarge, f.limit)
+			return 0, f.err
+		}
+	}
+	return b, err
+}
+
+func (f *frameReader) UnreadByte() error {
+	if err := f.r.UnreadByte(); err != nil {
+		return err
+	}
+	f.n--
+	return nil
+}
+
+// serverCodec is a msgpack rpc.ServerCodec that bounds each request and
+// ends the connection on the first undecodable frame.
+type serverCodec struct {
+	conn   io.ReadWriteCloser
+	frame  *frameReader
+	dec    *codec.Decoder
+	enc    *codec.Encoder
+	bufW   *bufio.Writer
+	failed bool
+
+	writeMu   sync.Mutex
+	closeOnce sync.Once
+}
+
+func newServerCodec(conn io.ReadWriteCloser, maxFrame int) *serverCodec {
+	fr := &frameReader{r: bufio.NewReader(conn), limit: maxFrame}
+	bw := bufio.NewWriter(conn)
+	return &serverCodec{
+		conn:  conn,
+		frame: fr,
+		dec:   codec.NewDecoder(fr, structs.MsgpackHandle),
+		enc:   codec.NewEncoder(bw, structs.MsgpackHandle),
+		bufW:  bw,
+	}
+}
+
+func (c *serverCodec) ReadRequestHeader(r *rpc.Request) error {
+	if c.failed {
+		// net/rpc keeps reading after a bad body; a stream that failed to
+		// decode is no longer at a frame boundary, so end it here.
+		return io.EOF
+	}
+	c.frame.reset()
+	if err := c.dec.Decode(r); err != nil {
+		return err
+	}
+	return nil
+}
+
+func (c *serverCodec) ReadRequestBody(body any) error {
+	if body == nil {
+		// net/rpc discards the body of an unknown method with a nil target;
+		// decode into a throwaway value to stay on the frame boundary.
+		var discard any
+		if err := c.dec.Decode(&discard); err != nil {
+			c.failed = true
+			return err
+		}
+		return nil
+	}
+	if err := c.dec.Decode(body); err != nil {
+		c.failed = true
+		return err
+	}
+	return nil
+}
+
+func (c *serverCodec) WriteResponse(r *rpc.Response, body any) error {
+	c.writeMu.Lock()
+	defer c.writeMu.Unlock()
+	if err := c.enc.Encode(r); err != nil {
+		return err
+	}
+	if err := c.enc.Encode(body); err != nil {
+		return err
+	}
+	return c.bufW.Flush()
+}
+
+func (c *serverCodec) Close() error {
+	var err error
+	c.closeOnce.Do(func() { err = c.conn.Close() })
+	return err
+}
+
+// raftLayer is Raft's stream layer on the shared RPC port: incoming Raft
+// connections are handed over by the RPC listener, outgoing ones announce
+// themselves with RPCRaft.
+type raftLayer struct {
+	addr    net.Addr
+	connCh  chan net.Conn
+	closeCh chan struct{}
+	once    sync.Once
+}
+
+func newRaftLayer(addr net.Addr) *raftLayer {
+	return &raftLayer{addr: addr, connCh: make(chan net.Conn), closeCh: make(chan struct{})}
+}
+
+// handoff passes an accepted Raft connection to Raft, or closes it if the
+// layer is closed.
+func (l *raftLayer) handoff(c net.Conn) {
+	select {
+	case l.connCh <- c:
+	case <-l.closeCh:
+		c.Close()
+	}
+}
+
+func (l *raftLayer) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.connCh:
+		return c, nil
+	case <-l.closeCh:
+		return nil, fmt.Errorf("raft layer closed")
+	}
+}
+
+func (l *raftLayer) Close() error {
+	l.once.Do(func() { close(l.closeCh) })
+	return nil
+}
+
+func (l *raftLayer) Addr() net.Addr { return l.addr }
+
+func (l *raftLayer) Dial(address raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
+	conn, err := net.DialTimeout("tcp", string(address), timeout)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := conn.Write([]byte{structs.RPCRaft}); err != nil {
+		conn.Close()
+		return nil, err
+	}
+	return conn, nil
+}

@@ -1,0 +1,488 @@
+package nomad
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/rpc"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+	raftwal "github.com/hashicorp/raft-wal"
+	"github.com/hashicorp/raft-wal/metadb"
+	"github.com/hashicorp/yamux"
+	"github.com/roamhq/roam/state"
+	"github.com/roamhq/roam/structs"
+)
+
+// ErrServerClosed is returned by calls made after Shutdown.
+var ErrServerClosed = errors.New("server closed")
+
+// Server is one Roam server agent.
+type Server struct {
+	config *Config
+	logger hclog.Logger
+
+	listener  net.Listener
+	advertise string
+	rpcServer *rpc.Server
+	connPool  *connPool
+
+	fsm           *FSM
+	raft          *raft.Raft
+	raftLayer     *raftLayer
+	raftTransport *raft.NetworkTransport
+	wal           *raftwal.WAL // nil in dev mode
+	walMeta       *metadb.BoltMetaDB
+	raftNotifyCh  chan bool
+	// hasRaftState is true once this server belongs to a Raft
+	// configuration, from a previous run or a bootstrap.
+	hasRaftState atomicBool
+
+	members    *memberList
+	heartbeats *heartbeater
+
+	// leaderMu guards the leader's duties: their context is cancelled and
+	// their goroutines waited for when leadership is lost.
+	leaderMu     sync.Mutex
+	leaderCancel context.CancelFunc
+	leaderWG     sync.WaitGroup
+	// leaderChangeCh is closed and replaced whenever the observed leader
+	// changes, waking requests that are waiting for one.
+	leaderChangeMu sync.Mutex
+	leaderChangeCh chan struct{}
+
+	shutdownCtx    context.Context
+	shutdownCancel context.CancelFunc
+	shutdownOnce   sync.Once
+	shutdownErr    error
+	wg             sync.WaitGroup
+
+	// connsMu guards conns, every accepted connection, closed on shutdown.
+	connsMu sync.Mutex
+	conns   map[net.Conn]struct{}
+}
+
+// NewServer starts a server: it binds the RPC port, opens Raft on the data
+// dir, and begins joining or bootstrapping the cluster.
+func NewServer(config *Config) (*Server, error) {
+	if err := config.Validate(); err != nil {
+		return nil, err
+	}
+	logger := config.Logger.Named("server")
+	if err := loadNodeID(config); err != nil {
+		return nil, err
+	}
+
+	ln := config.Listener
+	if ln == nil {
+		var err error
+		ln, err = net.Listen("tcp", config.RPCAddr)
+		if err != nil {
+			return nil, fmt.Errorf("server: listen on %s: %w", config.RPCAddr, err)
+		}
+	}
+	advertise := config.RPCAdvertise
+	if advertise == "" {
+		advertise = ln.Addr().String()
+	}
+	if host, _, err := net.SplitHostPort(advertise); err != nil || net.ParseIP(host).IsUnspecified() {
+		ln.Close()
+		return nil, fmt.Errorf("server: advertise address %q must be a routable host:port", advertise)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &Server{
+		config:         config,
+		logger:         logger,
+		listener:       ln,
+		advertise:      advertise,
+		rpcServer:      rpc.NewServer(),
+		connPool:       newConnPool(config.RPCHoldTimeout),
+		leaderChangeCh: make(chan struct{}),
+		shutdownCtx:    ctx,
+		shutdownCancel: cancel,
+		conns:          make(map[net.Conn]struct{}),
+	}
+	s.members = newMemberList(s.selfMember(), config.MemberFailAfter)
+	s.heartbeats = newHeartbeater(s)
+
+	fsm, err := NewFSM(config.Logger)
+	if err != nil {
+		s.abortStart()
+		return nil, err
+	}
+	s.fsm = fsm
+	s.registerEndpoints()
+
+	if err := s.setupRaft(); err != nil {
+		s.abortStart()
+		return nil, err
+	}
+
+	s.goTracked(s.acceptLoop)
+	s.goTracked(s.monitorLeadership)
+	s.goTracked(s.joinLoop)
+	logger.Info("server started", "id", config.NodeID, "name", config.NodeName, "rpc_addr", advertise)
+	return s, nil
+}
+
+// abortStart releases what a failed NewServer acquired.
+func (s *Server) abortStart() {
+	s.shutdownCancel()
+	s.listener.Close()
+	if s.raftTransport != nil {
+		s.raftTransport.Close()
+	}
+	if s.wal != nil {
+		s.wal.Close()
+	}
+	if s.walMeta != nil {
+		s.walMeta.Close()
+	}
+}
+
+// goTracked runs f in a goroutine owned by the server.
+func (s *Server) goTracked(f func()) {
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		f()
+	}()
+}
+
+// loadNodeID reads the server's ID from its data dir, creating it on first
+// start, so a restarted server keeps its Raft identity.
+func loadNodeID(c *Config) error {
+	if c.NodeID != "" {
+		return nil
+	}
+	if c.DevMode || c.DataDir == "" {
+		c.NodeID = uuid.NewString()
+		return nil
+	}
+	dir := filepath.Join(c.DataDir, "server")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("server: create data dir: %w", err)
+	}
+	path := filepath.Join(dir, "node-id")
+	buf, err := os.ReadFile(path)
+	switch {
+	case err == nil:
+		id := strings.TrimSpace(string(buf))
+		if _, perr := uuid.Parse(id); perr != nil {
+			return fmt.Errorf("server: %s holds %q, not a UUID: %w", path, id, perr)
+		}
+		c.NodeID = id
+		return nil
+	case errors.Is(err, os.ErrNotExist):
+		id := uuid.NewString()
+		if err := writeFileAtomic(path, []byte(id+"\n")); err != nil {
+			return fmt.Errorf("server: persist node id: %w", err)
+		}
+		c.NodeID = id
+		return nil
+	default:
+		return fmt.Errorf("server: read node id: %w", err)
+	}
+}
+
+// writeFileAtomic writes via a synced temp file and rename, so a crash
+// leaves either the old file or the new one.
+func writeFileAtomic(path string, data []byte) error {
+	tmp := path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+func (s *Server) setupRaft() error {
+	rc := s.config.raftConfig()
+	s.raftNotifyCh = make(chan bool, 10)
+	rc.NotifyCh = s.raftNotifyCh
+
+	s.raftLayer = newRaftLayer(advertiseAddr(s.advertise))
+	s.raftTransport = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+		Stream:  s.raftLayer,
+		MaxPool: 3,
+		Timeout: 10 * time.Second,
+		Logger:  s.config.Logger.Named("raft-net"),
+	})
+
+	var (
+		logs   raft.LogStore
+		stable raft.StableStore
+		snaps  raft.SnapshotStore
+	)
+	if s.config.DevMode {
+		store := raft.NewInmemStore()
+		logs, stable = store, store
+		snaps = raft.NewInmemSnapshotStore()
+	} else {
+		dir := filepath.Join(s.config.DataDir, "raft")
+		if err := os.MkdirAll(filepath.Join(dir, "wal"), 0o700); err != nil {
+			return fmt.Errorf("server: create raft dir: %w", err)
+		}
+		// The WAL does not close a meta store it opened itself, so own it:
+		// a restart in the same process must be able to lock it again.
+		s.walMeta = &metadb.BoltMetaDB{}
+		wal, err := raftwal.Open(filepath.Join(dir, "wal"), raftwal.WithMetaStore(s.walMeta))
+		if err != nil {
+			s.walMeta.Close()
+			return fmt.Errorf("server: open raft log: %w", err)
+		}
+		s.wal = wal
+		logs, stable = wal, wal
+		fss, err := raft.NewFileSnapshotStoreWithLogger(dir, 2, s.config.Logger.Named("raft-snap"))
+		if err != nil {
+			return fmt.Errorf("server: open snapshot store: %w", err)
+		}
+		snaps = fss
+	}
+
+	has, err := raft.HasExistingState(logs, stable, snaps)
+	if err != nil {
+		return fmt.Errorf("server: inspect raft state: %w", err)
+	}
+	s.hasRaftState.Store(has)
+
+	r, err := raft.NewRaft(rc, s.fsm, logs, stable, snaps, s.raftTransport)
+	if err != nil {
+		return fmt.Errorf("server: start raft: %w", err)
+	}
+	s.raft = r
+	if !has && s.config.BootstrapExpect == 1 {
+		if err := s.bootstrap([]*structs.ServerMember{s.selfMember()}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// bootstrap starts a new cluster with the given servers as voters. Every
+// server that bootstraps does so with the same list, which Raft accepts.
+func (s *Server) bootstrap(members []*structs.ServerMember) error {
+	var cfg raft.Configuration
+	for _, m := range members {
+		cfg.Servers = append(cfg.Servers, raft.Server{
+			Suffrage: raft.Voter,
+			ID:       raft.ServerID(m.ID),
+			Address:  raft.ServerAddress(m.Addr),
+		})
+	}
+	if err := s.raft.BootstrapCluster(cfg).Error(); err != nil && !errors.Is(err, raft.ErrCantBootstrap) {
+		return fmt.Errorf("server: bootstrap: %w", err)
+	}
+	s.hasRaftState.Store(true)
+	s.logger.Info("cluster bootstrapped", "servers", len(members))
+	return nil
+}
+
+func (s *Server) selfMember() *structs.ServerMember {
+	return &structs.ServerMember{
+		ID:         s.config.NodeID,
+		Name:       s.config.NodeName,
+		Addr:       s.advertise,
+		Region:     s.config.Region,
+		Datacenter: s.config.Datacenter,
+		Status:     structs.MemberAlive,
+		Voter:      true,
+	}
+}
+
+// acceptLoop accepts connections until the listener closes.
+func (s *Server) acceptLoop() {
+	for {
+		conn, err := s.listener.Accept()
+		if err != nil {
+			if s.shutdownCtx.Err() != nil {
+				return
+			}
+			s.logger.Error("accept failed", "error", err)
+			select {
+			case <-time.After(50 * time.Millisecond):
+			case <-s.shutdownCtx.Done():
+				return
+			}
+			continue
+		}
+		s.trackConn(conn, true)
+		go s.handleConn(conn, false)
+	}
+}
+
+func (s *Server) trackConn(c net.Conn, add bool) {
+	s.connsMu.Lock()
+	defer s.connsMu.Unlock()
+	if add {
+		s.conns[c] = struct{}{}
+	} else {
+		delete(s.conns, c)
+	}
+}
+
+// handleConn reads the protocol byte and serves the connection. Inside a
+// yamux session (inSession) only RPC streams are allowed.
+func (s *Server) handleConn(conn net.Conn, inSession bool) {
+	var b [1]byte
+	_ = conn.SetReadDeadline(time.Now().Add(s.config.RPCHandshakeTimeout))
+	if _, err := conn.Read(b[:]); err != nil {
+		s.closeConn(conn)
+		return
+	}
+	_ = conn.SetReadDeadline(time.Time{})
+
+	switch {
+	case b[0] == structs.RPCNomad:
+		s.rpcServer.ServeCodec(newServerCodec(conn, s.config.RPCMaxFrameBytes))
+		s.trackConn(conn, false)
+	case b[0] == structs.RPCRaft && !inSession:
+		s.trackConn(conn, false) // Raft owns it from here
+		s.raftLayer.handoff(conn)
+	case b[0] == structs.RPCMultiplex && !inSession:
+		s.serveSession(conn)
+	case b[0] == structs.RPCTLS:
+		s.logger.Warn("tls connection refused: tls is not configured", "remote", conn.RemoteAddr())
+		s.closeConn(conn)
+	default:
+		s.logger.Warn("unknown protocol byte, closing connection",
+			"byte", fmt.Sprintf("0x%02x", b[0]), "remote", conn.RemoteAddr(), "in_session", inSession)
+		s.closeConn(conn)
+	}
+}
+
+func (s *Server) closeConn(c net.Conn) {
+	c.Close()
+	s.trackConn(c, false)
+}
+
+// serveSession serves a client's yamux session: each stream it opens is
+// one RPC connection.
+func (s *Server) serveSession(conn net.Conn) {
+	cfg := yamux.DefaultConfig()
+	cfg.LogOutput = nil
+	cfg.Logger = hclogYamux{s.logger.Named("yamux")}
+	session, err := yamux.Server(conn, cfg)
+	if err != nil {
+		s.logger.Error("yamux session failed", "error", err)
+		s.closeConn(conn)
+		return
+	}
+	defer func() {
+		session.Close()
+		s.trackConn(conn, false)
+	}()
+	for {
+		stream, err := session.Accept()
+		if err != nil {
+			return
+		}
+		go s.handleConn(stream, true)
+	}
+}
+
+// RPC serves an in-process call, with the same forwarding and checks as
+// a remote one.
+func (s *Server) RPC(method string, args, reply any) error {
+	if s.shutdownCtx.Err() != nil {
+		return ErrServerClosed
+	}
+	codec := &inmemCodec{method: method, args: args, reply: reply}
+	if err := s.rpcServer.ServeRequest(codec); err != nil {
+		return err
+	}
+	return structs.FromRPCError(codec.err)
+}
+
+// State returns the state store as of now; callers must not mutate what it
+// returns.
+func (s *Server) State() *state.StateStore { return s.fsm.State() }
+
+// IsLeader reports whether this server leads the cluster.
+func (s *Server) IsLeader() bool { return s.raft.State() == raft.Leader }
+
+// Leader returns the leader's RPC address and ID, empty if none is known.
+func (s *Server) Leader() (addr, id string) {
+	a, i := s.raft.LeaderWithID()
+	return string(a), string(i)
+}
+
+// Addr returns the server's advertised RPC address.
+func (s *Server) Addr() string { return s.advertise }
+
+// ID returns the server's Raft ID.
+func (s *Server) ID() string { return s.config.NodeID }
+
+// Config returns the server's configuration; callers must not change it.
+func (s *Server) Config() *Config { return s.config }
+
+// Raft returns the Raft instance, for operator and test use.
+func (s *Server) Raft() *raft.Raft { return s.raft }
+
+// Shutdown stops the server: it stops accepting, closes every connection,
+// shuts Raft down and closes the log. Committed entries are on disk before
+// Raft acknowledged them, so nothing committed is lost. Safe to call twice;
+// the second call returns the first call's result.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.shutdownOnce.Do(func() {
+		s.logger.Info("server shutting down")
+		s.shutdownCancel()
+		var errs []error
+		if err := s.listener.Close(); err != nil && !errors.Is(err, net.ErrClosed) {
+			errs = append(errs, fmt.Errorf("close listener: %w", err))
+		}
+		s.connsMu.Lock()
+		for c := range s.conns {
+			c.Close()
+		}
+		s.connsMu.Unlock()
+		s.connPool.Shutdown()
+
+		if err := s.raft.Shutdown().Error(); err != nil {
+			errs = append(errs, fmt.Errorf("raft shutdown: %w", err))
+		}
+		s.raftLayer.Close()
+		if err := s.raftTransport.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("raft transport close: %w", err))
+		}
+		s.revokeLeadership()
+
+		done := make(chan struct{})
+		go func() { s.wg.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			errs = append(errs, fmt.Errorf("waiting for server goroutines: %w", ctx.Err()))
+		}
+		if s.wal != nil {
+			if err := s.wal.Close(); err != nil {
+				errs = append(errs, fmt.Errorf("close raft log: %w", err))
+			}
+			if err := s.walMeta.Close(); err != nil {
+				errs = append(errs, fmt.Errorf("close raft log metadata: %w", err))
+			}
+		}
+		s.shutdownErr = errors.Join(errs...)
+	})
+	return s.shutdownErr
+}

@@ -1,0 +1,86 @@
+package nomad
+
+import (
+	"github.com/roamhq/roam/structs"
+)
+
+// Status answers liveness and membership questions. Its reads are answered
+// by the server called, without forwarding.
+type Status struct {
+	srv *Server
+}
+
+// Ping answers if the server is up.
+func (st *Status) Ping(args *structs.GenericRequest, reply *structs.StatusPingResponse) error {
+	return nil
+}
+
+// Leader returns the leader's RPC address, or "" when none is known.
+func (st *Status) Leader(args *structs.GenericRequest, reply *string) error {
+	if r := args.Region; r != "" && r != st.srv.config.Region {
+		return structs.ErrWrongRegion
+	}
+	*reply, _ = st.srv.Leader()
+	return nil
+}
+
+// Peers returns the RPC addresses of the Raft voters.
+func (st *Status) Peers(args *structs.GenericRequest, reply *[]string) error {
+	if r := args.Region; r != "" && r != st.srv.config.Region {
+		return structs.ErrWrongRegion
+	}
+	cfg, _, err := st.srv.raftConfiguration()
+	if err != nil {
+		return err
+	}
+	peers := make([]string, 0, len(cfg.Servers))
+	for _, s := range cfg.Servers {
+		peers = append(peers, string(s.Address))
+	}
+	*reply = peers
+	return nil
+}
+
+// Members lists the servers this server knows, with their liveness.
+func (st *Status) Members(args *structs.GenericRequest, reply *structs.ServerMembersResponse) error {
+	srv := st.srv
+	_, leaderID := srv.Leader()
+	voters := make(map[string]bool)
+	if cfg, _, err := srv.raftConfiguration(); err == nil {
+		for _, s := range cfg.Servers {
+			voters[string(s.ID)] = true
+		}
+	}
+	members := srv.members.list()
+	for _, m := range members {
+		m.Leader = m.ID == leaderID
+		m.Voter = voters[m.ID]
+	}
+	*reply = structs.ServerMembersResponse{
+		ServerName:   srv.config.NodeName,
+		ServerRegion: srv.config.Region,
+		ServerDC:     srv.config.Datacenter,
+		Members:      members,
+	}
+	return nil
+}
+
+// Join is called by another server to announce itself; the reply tells it
+// what this server knows.
+func (st *Status) Join(args *structs.ServerJoinRequest, reply *structs.ServerJoinResponse) error {
+	srv := st.srv
+	if args.Member.ID == "" || args.Member.Addr == "" {
+		return structs.ErrInvalidRequest
+	}
+	if args.Member.Region == srv.config.Region {
+		srv.members.seen(args.Member, args.HasState)
+	}
+	leaderAddr, _ := srv.Leader()
+	*reply = structs.ServerJoinResponse{
+		Self:       *srv.selfMember(),
+		HasState:   srv.hasRaftState.Load(),
+		LeaderAddr: leaderAddr,
+		Members:    srv.members.list(),
+	}
+	return nil
+}

@@ -1,0 +1,5 @@
+package nomad
+
+import "fmt"
+
+func errorf(format string, args ...any) error { return fmt.Errorf(format, args...) }

@@ -1,0 +1,42 @@
+package state
+
+import (
+	"fmt"
+
+	memdb "github.com/hashicorp/go-memdb"
+	"github.com/roamhq/roam/structs"
+)
+
+// Restore loads a store from a snapshot stream in one transaction: either
+// every object lands or none does.
+type Restore struct {
+	store *StateStore
+	txn   *memdb.Txn
+}
+
+// Restore starts a restore into s, which should be a new, empty store.
+func (s *StateStore) Restore() *Restore {
+	return &Restore{store: s, txn: s.db.Txn(true)}
+}
+
+// Node adds a node.
+func (r *Restore) Node(n *structs.Node) error {
+	if err := r.txn.Insert(TableNodes, n); err != nil {
+		return fmt.Errorf("state: restore node: %w", err)
+	}
+	return nil
+}
+
+// IndexEntry adds a table index.
+func (r *Restore) IndexEntry(e *IndexEntry) error {
+	if err := r.txn.Insert(TableIndex, e); err != nil {
+		return fmt.Errorf("state: restore index: %w", err)
+	}
+	return nil
+}
+
+// Commit makes the restore visible.
+func (r *Restore) Commit() { r.txn.Commit() }
+
+// Abort discards it.
+func (r *Restore) Abort() { r.txn.Abort() }

@@ -1,0 +1,71 @@
+package structs
+
+import (
+	"errors"
+	"strings"
+)
+
+// Error values shared by servers, clients and the HTTP API. Over RPC an
+// error travels as its message; FromRPCError turns a known message back into
+// the value, so callers everywhere compare with errors.Is.
+var (
+	// ErrNoLeader means the cluster has no leader right now; retryable.
+	ErrNoLeader = errors.New("no cluster leader")
+	// ErrPermissionDenied means the caller's token does not allow the call.
+	ErrPermissionDenied = errors.New("permission denied")
+	// ErrUnknownNode means no node has the given ID.
+	ErrUnknownNode = errors.New("unknown node")
+	// ErrUnknownMethod means no RPC has that name.
+	ErrUnknownMethod = errors.New("unknown rpc method")
+	// ErrNotFound is a generic "no such object".
+	ErrNotFound = errors.New("not found")
+	// ErrShutdown means the server is shutting down; retryable elsewhere.
+	ErrShutdown = errors.New("server shutting down")
+	// ErrWrongRegion means the request named a region this cluster is not.
+	ErrWrongRegion = errors.New("unknown region")
+	// ErrAmbiguousPrefix means an ID prefix matched more than one object.
+	ErrAmbiguousPrefix = errors.New("ambiguous id prefix")
+	// ErrInvalidRequest means the request failed validation.
+	ErrInvalidRequest = errors.New("invalid request")
+)
+
+var knownErrors = []error{
+	ErrNoLeader, ErrPermissionDenied, ErrUnknownNode, ErrUnknownMethod,
+	ErrNotFound, ErrShutdown, ErrWrongRegion, ErrAmbiguousPrefix, ErrInvalidRequest,
+}
+
+// rpcError keeps the full server message while matching a sentinel.
+type rpcError struct {
+	msg      string
+	sentinel error
+}
+
+func (e *rpcError) Error() string { return e.msg }
+func (e *rpcError) Unwrap() error { return e.sentinel }
+
+// FromRPCError maps an error that came back over RPC (a bare string) to the
+// sentinel its message starts with or contains, keeping the message.
+func FromRPCError(err error) error {
+	if err == nil {
+		return nil
+	}
+	for _, known := range knownErrors {
+		if errors.Is(err, known) {
+			return err
+		}
+	}
+	msg := err.Error()
+	for _, known := range knownErrors {
+		if strings.Contains(msg, known.Error()) {
+			return &rpcError{msg: msg, sentinel: known}
+		}
+	}
+	return err
+}
+
+// IsRetryable says whether the same call may succeed if tried again later,
+// possibly against another server.
+func IsRetryable(err error) bool {
+	err = FromRPCError(err)
+	return errors.Is(err, ErrNoLeader) || errors.Is(err, ErrShutdown)
+}

@@ -1,0 +1,245 @@
+package structs
+
+import (
+	"fmt"
+	"time"
+)
+
+// Node statuses.
+const (
+	NodeStatusInit  = "initializing"
+	NodeStatusReady = "ready"
+	NodeStatusDown  = "down"
+)
+
+// Scheduling eligibility values.
+const (
+	NodeSchedulingEligible   = "eligible"
+	NodeSchedulingIneligible = "ineligible"
+)
+
+// ValidNodeStatus reports whether s is a status a client may report.
+func ValidNodeStatus(s string) bool {
+	switch s {
+	case NodeStatusInit, NodeStatusReady, NodeStatusDown:
+		return true
+	}
+	return false
+}
+
+// DriverInfo is a task driver as fingerprinted by the client.
+type DriverInfo struct {
+	Attributes        map[string]string
+	Detected          bool
+	Healthy           bool
+	HealthDescription string
+	UpdateTime        time.Time
+}
+
+// CSIInfo is a CSI plugin instance as fingerprinted by the client.
+type CSIInfo struct {
+	PluginID          string
+	AllocID           string
+	Healthy           bool
+	HealthDescription string
+	UpdateTime        time.Time
+}
+
+// Node is a client agent as the servers know it.
+type Node struct {
+	ID string
+	// SecretID authenticates the node's own RPCs. Never returned by reads.
+	SecretID              string
+	Name                  string
+	Datacenter            string
+	NodeClass             string
+	HTTPAddr              string
+	Attributes            map[string]string
+	Meta                  map[string]string
+	Drivers               map[string]*DriverInfo
+	CSIControllerPlugins  map[string]*CSIInfo
+	CSINodePlugins        map[string]*CSIInfo
+	Status                string
+	StatusDescription     string
+	SchedulingEligibility string
+	// StatusUpdatedAt is a Unix time in seconds, as in Nomad's API.
+	StatusUpdatedAt int64
+	CreateIndex     uint64
+	ModifyIndex     uint64
+}
+
+// Validate checks what a client must supply when it registers.
+func (n *Node) Validate() error {
+	switch {
+	case n == nil:
+		return fmt.Errorf("%w: missing node", ErrInvalidRequest)
+	case n.ID == "":
+		return fmt.Errorf("%w: missing node ID", ErrInvalidRequest)
+	case n.SecretID == "":
+		return fmt.Errorf("%w: missing node secret ID", ErrInvalidRequest)
+	case n.Datacenter == "":
+		return fmt.Errorf("%w: missing datacenter", ErrInvalidRequest)
+	case n.Name == "":
+		return fmt.Errorf("%w: missing node name", ErrInvalidRequest)
+	case n.Status != "" && !ValidNodeStatus(n.Status):
+		return fmt.Errorf("%w: invalid node status %q", ErrInvalidRequest, n.Status)
+	}
+	return nil
+}
+
+// Copy returns a deep copy; objects read from the state store are never
+// mutated in place.
+func (n *Node) Copy() *Node {
+	if n == nil {
+		return nil
+	}
+	c := *n
+	c.Attributes = copyStringMap(n.Attributes)
+	c.Meta = copyStringMap(n.Meta)
+	if n.Drivers != nil {
+		c.Drivers = make(map[string]*DriverInfo, len(n.Drivers))
+		for k, v := range n.Drivers {
+			d := *v
+			d.Attributes = copyStringMap(v.Attributes)
+			c.Drivers[k] = &d
+		}
+	}
+	c.CSIControllerPlugins = copyCSIInfo(n.CSIControllerPlugins)
+	c.CSINodePlugins = copyCSIInfo(n.CSINodePlugins)
+	return &c
+}
+
+// Sanitize returns a copy without the secret, for reads.
+func (n *Node) Sanitize() *Node {
+	if n == nil {
+		return nil
+	}
+	c := n.Copy()
+	c.SecretID = ""
+	return c
+}
+
+// Ready reports whether the node can run work.
+func (n *Node) Ready() bool { return n.Status == NodeStatusReady }
+
+// Stub is the summary used in lists.
+func (n *Node) Stub() *NodeListStub {
+	return &NodeListStub{
+		Address:               n.Attributes["unique.network.ip-address"],
+		ID:                    n.ID,
+		Attributes:            copyStringMap(n.Attributes),
+		Datacenter:            n.Datacenter,
+		Name:                  n.Name,
+		NodeClass:             n.NodeClass,
+		Version:               n.Attributes["roam.version"],
+		SchedulingEligibility: n.SchedulingEligibility,
+		Status:                n.Status,
+		StatusDescription:     n.StatusDescription,
+		Drivers:               n.Drivers,
+		CreateIndex:           n.CreateIndex,
+		ModifyIndex:           n.ModifyIndex,
+	}
+}
+
+// NodeListStub is a node in a list, shaped like Nomad's.
+type NodeListStub struct {
+	Address               string
+	ID                    string
+	Attributes            map[string]string `json:",omitempty"`
+	Datacenter            string
+	Name                  string
+	NodeClass             string
+	Version               string
+	Drain                 bool
+	SchedulingEligibility string
+	Status                string
+	StatusDescription     string
+	Drivers               map[string]*DriverInfo
+	CreateIndex           uint64
+	ModifyIndex           uint64
+}
+
+func copyStringMap(m map[string]string) map[string]string {
+	if m == nil {
+		return nil
+	}
+	c := make(map[string]string, len(m))
+	for k, v := range m {
+		c[k] = v
+	}
+	return c
+}
+
+func copyCSIInfo(m map[string]*CSIInfo) map[string]*CSIInfo {
+	if m == nil {
+		return nil
+	}
+	c := make(map[string]*CSIInfo, len(m))
+	for k, v := range m {
+		i := *v
+		c[k] = &i
+	}
+	return c
+}
+
+// NodeRegisterRequest registers or re-registers a node.
+type NodeRegisterRequest struct {
+	Node *Node
+	WriteRequest
+}
+
+// NodeUpdateStatusRequest is a heartbeat or a status change.
+type NodeUpdateStatusRequest struct {
+	NodeID    string
+	Status    string
+	UpdatedAt int64
+	WriteRequest
+}
+
+// NodeDeregisterRequest removes nodes from the cluster.
+type NodeDeregisterRequest struct {
+	NodeIDs []string
+	WriteRequest
+}
+
+// NodeServerInfo names a server a client may fail over to.
+type NodeServerInfo struct {
+	RPCAdvertiseAddr string
+	Datacenter       string
+}
+
+// NodeUpdateResponse answers register and heartbeat calls.
+type NodeUpdateResponse struct {
+	// HeartbeatTTL is how soon the node must heartbeat again.
+	HeartbeatTTL time.Duration
+	// LeaderRPCAddr is the leader's RPC address, if known.
+	LeaderRPCAddr string
+	// Servers are the servers the client may use.
+	Servers []*NodeServerInfo
+	// QueryMeta.Index is the index of the write, or of the node as read.
+	QueryMeta
+}
+
+// NodeListRequest lists nodes.
+type NodeListRequest struct {
+	QueryOptions
+}
+
+// NodeListResponse carries node stubs.
+type NodeListResponse struct {
+	Nodes []*NodeListStub
+	QueryMeta
+}
+
+// NodeSpecificRequest names one node.
+type NodeSpecificRequest struct {
+	NodeID   string
+	SecretID string
+	QueryOptions
+}
+
+// SingleNodeResponse carries one node, or nil when there is none.
+type SingleNodeResponse struct {
+	Node *Node
+	QueryMeta
+}

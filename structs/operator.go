@@ -1,0 +1,92 @@
+package structs
+
+// ServerMember is one server as this cluster's membership sees it.
+type ServerMember struct {
+	ID         string
+	Name       string
+	Addr       string // RPC address, host:port
+	Region     string
+	Datacenter string
+	// Status is "alive" while the server answers, "failed" once it stops.
+	Status string
+	// Leader is set on the member that currently leads.
+	Leader bool
+	// Voter reports whether the server is a Raft voter.
+	Voter bool
+	Tags  map[string]string
+}
+
+// Member statuses.
+const (
+	MemberAlive  = "alive"
+	MemberFailed = "failed"
+	MemberLeft   = "left"
+)
+
+// ServerMembersResponse lists the servers.
+type ServerMembersResponse struct {
+	ServerName   string
+	ServerRegion string
+	ServerDC     string
+	Members      []*ServerMember
+}
+
+// ServerJoinRequest is sent by a server to another to announce itself and
+// learn what that server knows.
+type ServerJoinRequest struct {
+	Member ServerMember
+	// HasState tells the peer whether the sender already belongs to a Raft
+	// configuration (it must not be bootstrapped again).
+	HasState bool
+	WriteRequest
+}
+
+// ServerJoinResponse carries the peer's view of the cluster.
+type ServerJoinResponse struct {
+	Self     ServerMember
+	HasState bool
+	// LeaderAddr is the leader's RPC address if the peer knows it.
+	LeaderAddr string
+	Members    []*ServerMember
+}
+
+// RaftServer is one entry of the Raft configuration.
+type RaftServer struct {
+	ID           string
+	Node         string
+	Address      string
+	Leader       bool
+	Voter        bool
+	RaftProtocol string
+}
+
+// RaftConfigurationResponse is the Raft configuration with the index it was
+// read at.
+type RaftConfigurationResponse struct {
+	Servers []*RaftServer
+	Index   uint64
+}
+
+// RaftPeerRequest names a Raft peer by ID or by address.
+type RaftPeerRequest struct {
+	ID      string
+	Address string
+	WriteRequest
+}
+
+// TransferLeadershipRequest asks the leader to hand over. An empty target
+// lets the leader pick an up-to-date voter.
+type TransferLeadershipRequest struct {
+	PeerID      string
+	PeerAddress string
+	WriteRequest
+}
+
+// TransferLeadershipResponse names the new leader.
+type TransferLeadershipResponse struct {
+	NewLeaderID   string
+	NewLeaderAddr string
+}
+
+// StatusPingResponse is empty; a reply means the server is up.
+type StatusPingResponse struct{}
