@@ -11,7 +11,7 @@ import (
 )
 
 // Version is the Roam version reported by clients.
-const Version = "0.1.0"
+const Version = structs.Version
 
 // fingerprint returns the node's attributes: OS, architecture, CPU cores,
 // memory and host name.

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	memdb "github.com/hashicorp/go-memdb"
+	metrics "github.com/hashicorp/go-metrics"
 	"github.com/hashicorp/raft"
 	"github.com/roamhq/roam/state"
 	"github.com/roamhq/roam/structs"
@@ -33,6 +34,7 @@ func (s *Server) forward(method string, info structs.RPCInfo, args, reply any) (
 		}
 		leaderAddr, _ := s.Leader()
 		if leaderAddr != "" && leaderAddr != s.advertise {
+			metrics.IncrCounter([]string{"rpc", "forward"}, 1)
 			err := s.forwardTo(leaderAddr, method, info, args, reply)
 			retry := errors.Is(err, errDial) ||
 				errors.Is(err, structs.ErrNoLeader) && !errors.Is(err, errConnLost) && !errors.Is(err, context.DeadlineExceeded)
@@ -90,6 +92,7 @@ func (s *Server) notifyLeaderChange() {
 // raftApply commits msg through Raft and returns the FSM's response and
 // the entry's index. Losing leadership mid-apply is ErrNoLeader.
 func (s *Server) raftApply(t structs.MessageType, msg any) (any, uint64, error) {
+	defer metrics.MeasureSince([]string{"raft", "apply", t.String()}, time.Now())
 	buf, err := structs.Encode(t, msg)
 	if err != nil {
 		return nil, 0, fmt.Errorf("encode %s: %w", t, err)

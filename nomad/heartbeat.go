@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	metrics "github.com/hashicorp/go-metrics"
 	"github.com/roamhq/roam/structs"
 )
 
@@ -85,6 +86,8 @@ func (h *heartbeater) reset(nodeID string) (time.Duration, error) {
 	}
 	ttl := jitter(base, 4)
 	h.armLocked(nodeID, ttl+cfg.HeartbeatGrace)
+	metrics.IncrCounter([]string{"heartbeat", "reset"}, 1)
+	metrics.SetGauge([]string{"heartbeat", "active"}, float32(len(h.timers)))
 	return ttl, nil
 }
 
@@ -144,5 +147,6 @@ func (s *Server) markNodeDown(nodeID string) {
 		s.logger.Error("failed to mark node down", "node_id", nodeID, "error", err)
 		return
 	}
+	metrics.IncrCounter([]string{"heartbeat", "invalidate"}, 1)
 	s.logger.Warn("node missed its heartbeat, marked down", "node_id", nodeID, "name", node.Name)
 }

@@ -33,8 +33,8 @@ func newMemberList(self *structs.ServerMember, failAfter time.Duration) *memberL
 	return &memberList{
 		self:      self,
 		failAfter: failAfter,
-		members: make(map[string]*memberState),
-		addrs:   make(map[string]struct{}),
+		members:   make(map[string]*memberState),
+		addrs:     make(map[string]struct{}),
 	}
 }
 

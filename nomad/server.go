@@ -307,6 +307,7 @@ func (s *Server) selfMember() *structs.ServerMember {
 		Datacenter: s.config.Datacenter,
 		Status:     structs.MemberAlive,
 		Voter:      true,
+		Tags:       map[string]string{"build": structs.Version, "raft_vsn": "3"},
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/gohcl"
 	"github.com/hashicorp/hcl/v2/hclparse"
+	"github.com/hashicorp/hcl/v2/hclsyntax"
 )
 
 // Config is the agent's configuration: HCL files in the shape of Nomad's
@@ -120,8 +121,8 @@ func ParseConfig(filename string, src []byte) (*Config, error) {
 	if diags := gohcl.DecodeBody(file.Body, nil, &c); diags.HasErrors() {
 		return nil, diagError(diags)
 	}
-	if err := c.validateDurations(); err != nil {
-		return nil, fmt.Errorf("%s: %w", filename, err)
+	if diags := c.validateDurations(file.Body); diags.HasErrors() {
+		return nil, diagError(diags)
 	}
 	return &c, nil
 }
@@ -146,26 +147,67 @@ func diagError(diags hcl.Diagnostics) error {
 	return errors.New(strings.Join(msgs, "\n"))
 }
 
-func (c *Config) validateDurations() error {
+// validateDurations checks the duration strings, reporting a bad one at
+// its place in the file.
+func (c *Config) validateDurations(body hcl.Body) hcl.Diagnostics {
 	if c.Server == nil {
 		return nil
 	}
-	for name, v := range map[string]string{
-		"server.heartbeat_grace":        c.Server.HeartbeatGrace,
-		"server.min_heartbeat_ttl":      c.Server.MinHeartbeatTTL,
-		"server.failover_heartbeat_ttl": c.Server.FailoverHeartbeatTTL,
-	} {
-		if v == "" {
-			continue
+	check := func(value string, positive bool, path ...string) *hcl.Diagnostic {
+		if value == "" {
+			return nil
 		}
-		if d, err := time.ParseDuration(v); err != nil || d < 0 {
-			return fmt.Errorf("%s = %q is not a valid duration", name, v)
+		d, err := time.ParseDuration(value)
+		if err == nil && d >= 0 && (!positive || d > 0) {
+			return nil
+		}
+		return &hcl.Diagnostic{
+			Severity: hcl.DiagError,
+			Summary:  "Invalid duration",
+			Detail:   fmt.Sprintf("%s = %q is not a valid duration (examples: \"500ms\", \"10s\", \"2m\")", strings.Join(path, "."), value),
+			Subject:  attrRange(body, path...),
 		}
 	}
-	if c.Server.ServerJoin != nil && c.Server.ServerJoin.RetryInterval != "" {
-		if d, err := time.ParseDuration(c.Server.ServerJoin.RetryInterval); err != nil || d <= 0 {
-			return fmt.Errorf("server.server_join.retry_interval = %q is not a valid duration", c.Server.ServerJoin.RetryInterval)
+	var diags hcl.Diagnostics
+	for _, d := range []*hcl.Diagnostic{
+		check(c.Server.HeartbeatGrace, false, "server", "heartbeat_grace"),
+		check(c.Server.MinHeartbeatTTL, true, "server", "min_heartbeat_ttl"),
+		check(c.Server.FailoverHeartbeatTTL, true, "server", "failover_heartbeat_ttl"),
+	} {
+		if d != nil {
+			diags = append(diags, d)
 		}
+	}
+	if j := c.Server.ServerJoin; j != nil {
+		if d := check(j.RetryInterval, true, "server", "server_join", "retry_interval"); d != nil {
+			diags = append(diags, d)
+		}
+	}
+	return diags
+}
+
+// attrRange finds where the attribute at path (block names, then the
+// attribute) is written, or nil if the body is not native HCL syntax.
+func attrRange(body hcl.Body, path ...string) *hcl.Range {
+	b, ok := body.(*hclsyntax.Body)
+	if !ok || len(path) == 0 {
+		return nil
+	}
+	for _, name := range path[:len(path)-1] {
+		var next *hclsyntax.Body
+		for _, blk := range b.Blocks {
+			if blk.Type == name {
+				next = blk.Body
+			}
+		}
+		if next == nil {
+			return nil
+		}
+		b = next
+	}
+	if attr, ok := b.Attributes[path[len(path)-1]]; ok {
+		r := attr.SrcRange
+		return &r
 	}
 	return nil
 }
