@@ -91,6 +91,14 @@ func (h *heartbeater) reset(nodeID string) (time.Duration, error) {
 	return ttl, nil
 }
 
+// running reports whether the timers are armed (this server has finished
+// establishing leadership).
+func (h *heartbeater) running() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.timers != nil
+}
+
 // clear forgets nodeID's timer (the node is down or gone).
 func (h *heartbeater) clear(nodeID string) {
 	h.mu.Lock()

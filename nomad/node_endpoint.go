@@ -23,6 +23,11 @@ func (n *Node) Register(args *structs.NodeRegisterRequest, reply *structs.NodeUp
 	if err := args.Node.Validate(); err != nil {
 		return err
 	}
+	if !n.srv.heartbeats.running() {
+		// Leadership is not established yet: refuse before writing, so the
+		// client's retry does not write the node twice.
+		return fmt.Errorf("%w: leader is still starting", structs.ErrNoLeader)
+	}
 	store := n.srv.State()
 	existing, err := store.NodeByID(nil, args.Node.ID)
 	if err != nil {

@@ -2,7 +2,6 @@ package nomad
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -90,7 +89,7 @@ func (op *Operator) TransferLeadership(args *structs.TransferLeadershipRequest, 
 }
 
 // errNoTransferTarget means there is no other voter to hand leadership to.
-var errNoTransferTarget = errors.New("no other voter to transfer leadership to")
+var errNoTransferTarget = fmt.Errorf("%w: no other voter to transfer leadership to", structs.ErrInvalidRequest)
 
 // transferLeadership asks Raft to hand over to the given peer (by ID or
 // address), or to the best voter when none is named, and waits until this

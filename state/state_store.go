@@ -100,4 +100,3 @@ func setIndexTxn(txn *memdb.Txn, table string, index uint64) error {
 	}
 	return nil
 }
-

@@ -16,6 +16,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	metrics "github.com/hashicorp/go-metrics"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/roamhq/roam/client"
 	"github.com/roamhq/roam/nomad"
 )
@@ -30,6 +31,8 @@ type Agent struct {
 	http   *HTTPServer
 
 	metrics *metrics.InmemSink
+	// promRegistry gathers what the Prometheus sink records.
+	promRegistry *prometheus.Registry
 
 	// tempDir is the dev-mode data dir, removed on shutdown.
 	tempDir string
@@ -102,8 +105,9 @@ func (a *Agent) setupMetrics() error {
 	cfg.EnableHostname = false
 	cfg.EnableRuntimeMetrics = true
 	sinks := metrics.FanoutSink{a.metrics}
-	if prom, err := newPrometheusSink(); err == nil {
+	if prom, reg, err := newPrometheusSink(); err == nil {
 		sinks = append(sinks, prom)
+		a.promRegistry = reg
 	} else {
 		a.logger.Warn("prometheus metrics disabled", "error", err)
 	}

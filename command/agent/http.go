@@ -2,31 +2,335 @@ package agent
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
 	"net"
 	"net/http"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/roamhq/roam/client"
+	"github.com/roamhq/roam/nomad"
+	"github.com/roamhq/roam/structs"
 )
 
-// HTTPServer serves the v1 HTTP API. (Handlers are being written.)
+// HTTPServer serves the v1 HTTP API: JSON in Nomad's paths and field names,
+// with Nomad's index headers and blocking-query parameters, so that Nomad's
+// API clients work for the parts Roam has.
 type HTTPServer struct {
 	agent    *Agent
 	logger   hclog.Logger
 	listener net.Listener
 	srv      *http.Server
+	// routes maps an exact path (or, for routes that take an ID, a path
+	// prefix ending in "/") to its handlers by method.
+	routes map[string]map[string]handlerFunc
+
+	// shutdownCh is closed when Shutdown starts; requests still waiting on
+	// an RPC give up then instead of holding Shutdown up.
+	shutdownCh chan struct{}
+	// rpcWaiting counts requests waiting on an RPC.
+	rpcWaiting   atomic.Int64
+	serveDone    chan struct{}
+	shutdownOnce sync.Once
+	shutdownErr  error
 }
+
+// handlerFunc serves one route. It returns the object to answer with as
+// JSON, or an error to answer with its status. A nil object and nil error
+// mean the handler wrote the response itself.
+type handlerFunc func(w http.ResponseWriter, r *http.Request) (any, error)
+
+// nodePathPrefix is the route that takes a node ID after it.
+const nodePathPrefix = "/v1/node/"
 
 // NewHTTPServer starts serving the API on ln.
 func NewHTTPServer(a *Agent, ln net.Listener, logger hclog.Logger) *HTTPServer {
-	s := &HTTPServer{agent: a, logger: logger, listener: ln}
-	mux := http.NewServeMux()
-	s.srv = &http.Server{Handler: mux}
-	go s.srv.Serve(ln)
+	s := &HTTPServer{
+		agent:      a,
+		logger:     logger,
+		listener:   ln,
+		shutdownCh: make(chan struct{}),
+		serveDone:  make(chan struct{}),
+	}
+	s.routes = map[string]map[string]handlerFunc{
+		"/v1/status/leader":               {http.MethodGet: s.statusLeader},
+		"/v1/status/peers":                {http.MethodGet: s.statusPeers},
+		"/v1/agent/self":                  {http.MethodGet: s.agentSelf},
+		"/v1/agent/members":               {http.MethodGet: s.agentMembers},
+		"/v1/nodes":                       {http.MethodGet: s.nodesList},
+		nodePathPrefix:                    {http.MethodGet: s.nodeGet},
+		"/v1/operator/raft/configuration": {http.MethodGet: s.raftConfiguration},
+		"/v1/operator/raft/peer":          {http.MethodDelete: s.raftRemovePeer},
+		"/v1/operator/raft/transfer-leadership": {
+			http.MethodPut:  s.raftTransferLeadership,
+			http.MethodPost: s.raftTransferLeadership,
+		},
+		"/v1/metrics": {http.MethodGet: s.metrics},
+	}
+	s.srv = &http.Server{
+		Handler:           s,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		// No write timeout: a blocking query may legitimately wait minutes.
+		ErrorLog: logger.StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true}),
+	}
+	go func() {
+		defer close(s.serveDone)
+		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			logger.Error("http server stopped", "error", err)
+		}
+	}()
 	return s
 }
 
 // Addr is the bound address.
 func (s *HTTPServer) Addr() string { return s.listener.Addr().String() }
 
-// Shutdown stops accepting and waits for in-flight requests.
-func (s *HTTPServer) Shutdown(ctx context.Context) error { return s.srv.Shutdown(ctx) }
+// Shutdown stops accepting and waits for in-flight requests until ctx ends.
+// Requests waiting on an RPC (a blocking query, or a wait for a leader) are
+// answered with 503 at once; the RPC itself ends on its own bound. Safe to
+// call twice; the second call returns the first one's result.
+func (s *HTTPServer) Shutdown(ctx context.Context) error {
+	s.shutdownOnce.Do(func() {
+		close(s.shutdownCh)
+		if err := s.srv.Shutdown(ctx); err != nil {
+			s.shutdownErr = fmt.Errorf("http shutdown: %w", err)
+			return
+		}
+		select {
+		case <-s.serveDone:
+		case <-ctx.Done():
+			s.shutdownErr = fmt.Errorf("http shutdown: %w", ctx.Err())
+		}
+	})
+	return s.shutdownErr
+}
+
+// ServeHTTP routes a request, answers it, and logs it at debug level.
+func (s *HTTPServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
+	defer func() {
+		s.logger.Debug("request", "method", r.Method, "path", r.URL.Path,
+			"status", rec.status, "duration", time.Since(start), "remote", r.RemoteAddr)
+	}()
+
+	methods := s.match(r.URL.Path)
+	if methods == nil {
+		s.writeError(rec, &codedError{code: http.StatusNotFound, msg: "Invalid URL path " + strconv.Quote(r.URL.Path)})
+		return
+	}
+	h, ok := methods[r.Method]
+	if !ok {
+		allowed := make([]string, 0, len(methods))
+		for m := range methods {
+			allowed = append(allowed, m)
+		}
+		sort.Strings(allowed)
+		rec.Header().Set("Allow", strings.Join(allowed, ", "))
+		s.writeError(rec, &codedError{code: http.StatusMethodNotAllowed, msg: "Invalid method " + r.Method})
+		return
+	}
+	obj, err := h(rec, r)
+	switch {
+	case err != nil:
+		s.writeError(rec, err)
+	case obj != nil:
+		s.writeJSON(rec, r, obj)
+	}
+}
+
+// match returns the handlers for path, or nil when there is no such route.
+func (s *HTTPServer) match(path string) map[string]handlerFunc {
+	if strings.HasPrefix(path, nodePathPrefix) {
+		id := strings.TrimPrefix(path, nodePathPrefix)
+		if id == "" || strings.Contains(id, "/") {
+			return nil
+		}
+		return s.routes[nodePathPrefix]
+	}
+	return s.routes[path]
+}
+
+// statusRecorder remembers the status written, for the request log.
+type statusRecorder struct {
+	http.ResponseWriter
+	status int
+}
+
+func (r *statusRecorder) WriteHeader(code int) {
+	r.status = code
+	r.ResponseWriter.WriteHeader(code)
+}
+
+// Flush lets streaming handlers flush through the recorder.
+func (r *statusRecorder) Flush() {
+	if f, ok := r.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func (s *HTTPServer) writeJSON(w http.ResponseWriter, r *http.Request, obj any) {
+	var (
+		buf []byte
+		err error
+	)
+	if _, pretty := r.URL.Query()["pretty"]; pretty {
+		buf, err = json.MarshalIndent(obj, "", "    ")
+	} else {
+		buf, err = json.Marshal(obj)
+	}
+	if err != nil {
+		s.writeError(w, fmt.Errorf("encode response: %w", err))
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(append(buf, '\n'))
+}
+
+// codedError is an error answered with a given HTTP status.
+type codedError struct {
+	code int
+	msg  string
+}
+
+func (e *codedError) Error() string { return e.msg }
+
+// badRequest is a 400 with msg.
+func badRequest(format string, args ...any) error {
+	return &codedError{code: http.StatusBadRequest, msg: fmt.Sprintf(format, args...)}
+}
+
+// errShuttingDown answers requests still waiting when the agent stops.
+var errShuttingDown = &codedError{code: http.StatusServiceUnavailable, msg: "agent is shutting down"}
+
+// errorStatus maps an error to its HTTP status and the message to answer
+// with, following Nomad where it has an equivalent.
+func errorStatus(err error) (int, string) {
+	var coded *codedError
+	switch {
+	case errors.As(err, &coded):
+		return coded.code, coded.msg
+	case errors.Is(err, structs.ErrNoLeader):
+		// Nomad's exact text: clients match on it to retry.
+		return http.StatusInternalServerError, "No cluster leader"
+	case errors.Is(err, structs.ErrPermissionDenied):
+		return http.StatusForbidden, err.Error()
+	case errors.Is(err, structs.ErrUnknownNode), errors.Is(err, structs.ErrNotFound):
+		return http.StatusNotFound, err.Error()
+	case errors.Is(err, structs.ErrInvalidRequest), errors.Is(err, structs.ErrAmbiguousPrefix),
+		errors.Is(err, structs.ErrWrongRegion):
+		return http.StatusBadRequest, err.Error()
+	case errors.Is(err, structs.ErrShutdown), errors.Is(err, nomad.ErrServerClosed),
+		errors.Is(err, client.ErrShutdown):
+		return http.StatusServiceUnavailable, err.Error()
+	}
+	return http.StatusInternalServerError, err.Error()
+}
+
+func (s *HTTPServer) writeError(w http.ResponseWriter, err error) {
+	code, msg := errorStatus(err)
+	if code >= http.StatusInternalServerError {
+		s.logger.Warn("request failed", "status", code, "error", err)
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(code)
+	_, _ = fmt.Fprintln(w, msg)
+}
+
+// parseQuery reads Nomad's read parameters: index and wait (blocking
+// queries), stale, region, prefix, and the X-Nomad-Token header.
+func (s *HTTPServer) parseQuery(r *http.Request, q *structs.QueryOptions) error {
+	v := r.URL.Query()
+	if raw := v.Get("index"); raw != "" {
+		idx, err := strconv.ParseUint(raw, 10, 64)
+		if err != nil {
+			return badRequest("Invalid index %q: must be a non-negative integer", raw)
+		}
+		q.MinQueryIndex = idx
+	}
+	if raw := v.Get("wait"); raw != "" {
+		d, err := time.ParseDuration(raw)
+		if err != nil || d < 0 {
+			return badRequest("Invalid wait time %q: must be a duration such as 5s or 5m", raw)
+		}
+		q.MaxQueryTime = d
+	}
+	if vals, ok := v["stale"]; ok {
+		q.AllowStale = len(vals) == 0 || vals[0] != "false"
+	}
+	q.Prefix = v.Get("prefix")
+	q.Region = s.region(r)
+	q.AuthToken = r.Header.Get("X-Nomad-Token")
+	return nil
+}
+
+// parseWrite reads the region and token of a write.
+func (s *HTTPServer) parseWrite(r *http.Request, w *structs.WriteRequest) {
+	w.Region = s.region(r)
+	w.AuthToken = r.Header.Get("X-Nomad-Token")
+}
+
+func (s *HTTPServer) region(r *http.Request) string {
+	if region := r.URL.Query().Get("region"); region != "" {
+		return region
+	}
+	return s.agent.config.Region
+}
+
+// setMeta writes the index headers every read answers with. The index is
+// never 0: a client's blocking loop would otherwise spin.
+func setMeta(w http.ResponseWriter, m structs.QueryMeta) {
+	w.Header().Set("X-Nomad-Index", strconv.FormatUint(max(m.Index, 1), 10))
+	w.Header().Set("X-Nomad-KnownLeader", strconv.FormatBool(m.KnownLeader))
+	w.Header().Set("X-Nomad-LastContact", strconv.FormatInt(m.LastContact.Milliseconds(), 10))
+}
+
+// localMeta is the query meta for answers the agent gives from what it
+// knows itself: its server's Raft applied index and view of the leader.
+// A client-only agent knows neither and answers index 1.
+func (s *HTTPServer) localMeta() structs.QueryMeta {
+	m := structs.QueryMeta{Index: 1}
+	srv := s.agent.Server()
+	if srv == nil {
+		return m
+	}
+	addr, _ := srv.Leader()
+	m.KnownLeader = addr != ""
+	r := srv.Raft()
+	m.Index = max(r.AppliedIndex(), 1)
+	if !srv.IsLeader() {
+		if last := r.LastContact(); !last.IsZero() {
+			m.LastContact = time.Since(last)
+		}
+	}
+	return m
+}
+
+// rpc calls the cluster on behalf of r. The call runs in its own goroutine
+// so the request ends as soon as its client goes away or the HTTP server
+// shuts down; the abandoned call ends on its own bound (the query's wait,
+// or the hold timeout for a leader) and its reply is never read.
+func (s *HTTPServer) rpc(r *http.Request, method string, args, reply any) error {
+	s.rpcWaiting.Add(1)
+	defer s.rpcWaiting.Add(-1)
+	done := make(chan error, 1)
+	go func() { done <- s.agent.RPC(method, args, reply) }()
+	select {
+	case err := <-done:
+		return err
+	case <-r.Context().Done():
+		return fmt.Errorf("%s: request ended: %w", method, r.Context().Err())
+	case <-s.shutdownCh:
+		return errShuttingDown
+	}
+}

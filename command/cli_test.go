@@ -1,0 +1,324 @@
+package command
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/roamhq/roam/api"
+	"github.com/roamhq/roam/command/agent"
+	"github.com/roamhq/roam/structs"
+	"github.com/shoenig/test/must"
+	"github.com/shoenig/test/wait"
+)
+
+// testLogWriter sends agent logs to t.Log until the test's cleanup ends.
+type testLogWriter struct {
+	t    testing.TB
+	mu   sync.Mutex
+	done bool
+}
+
+func (w *testLogWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.done {
+		w.t.Log(strings.TrimRight(string(p), "\n"))
+	}
+	return len(p), nil
+}
+
+// newTestAgent starts a dev agent on 127.0.0.1 with kernel-chosen ports
+// and waits until it leads and its node is ready. It returns the agent's
+// HTTP address for -address.
+func newTestAgent(t *testing.T) (*agent.Agent, string) {
+	t.Helper()
+	logs := &testLogWriter{t: t}
+	t.Cleanup(func() {
+		logs.mu.Lock()
+		logs.done = true
+		logs.mu.Unlock()
+	})
+	c := agent.DevConfig()
+	c.Name = strings.ReplaceAll(t.Name(), "/", "-")
+	c.BindAddr = "127.0.0.1"
+	c.Ports = &agent.Ports{HTTP: 0, RPC: 0}
+	c.DataDir = t.TempDir()
+	c.LogLevel = "WARN"
+	a, err := agent.NewAgent(c, logs)
+	must.NoError(t, err)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		must.NoError(t, a.Shutdown(ctx))
+	})
+	nodeID := a.Client().NodeID()
+	must.Wait(t, wait.InitialSuccess(
+		wait.ErrorFunc(func() error {
+			if !a.Server().IsLeader() {
+				return fmt.Errorf("no leader yet")
+			}
+			var reply structs.SingleNodeResponse
+			if err := a.RPC("Node.GetNode", &structs.NodeSpecificRequest{NodeID: nodeID}, &reply); err != nil {
+				return err
+			}
+			if reply.Node == nil || reply.Node.Status != structs.NodeStatusReady {
+				return fmt.Errorf("node %s not ready yet", nodeID)
+			}
+			return nil
+		}),
+		wait.Timeout(30*time.Second),
+		wait.Gap(20*time.Millisecond),
+	))
+	return a, "http://" + a.HTTPAddr()
+}
+
+// registerFakeNode registers a ready node with the given ID.
+func registerFakeNode(t *testing.T, a *agent.Agent, id, name string) {
+	t.Helper()
+	var reply structs.NodeUpdateResponse
+	must.NoError(t, a.RPC("Node.Register", &structs.NodeRegisterRequest{Node: &structs.Node{
+		ID: id, SecretID: "secret-" + id, Name: name, Datacenter: "dc2",
+		NodeClass: "big", Status: structs.NodeStatusReady,
+	}}, &reply))
+}
+
+// run runs the CLI and returns its exit code and outputs.
+func run(args ...string) (int, string, string) {
+	var out, errOut bytes.Buffer
+	code := Run(args, &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+// lines splits output into lines with runs of spaces collapsed, so table
+// assertions do not depend on column widths.
+func lines(s string) []string {
+	var out []string
+	for _, l := range strings.Split(strings.TrimRight(s, "\n"), "\n") {
+		out = append(out, strings.Join(strings.Fields(l), " "))
+	}
+	return out
+}
+
+func TestCLI_NodeStatus(t *testing.T) {
+	t.Parallel()
+	a, addr := newTestAgent(t)
+	nodeID := a.Client().NodeID()
+	name := a.Config().Name
+
+	t.Run("list", func(t *testing.T) {
+		code, out, errOut := run("node", "status", "-address", addr)
+		must.EqOp(t, 0, code, must.Sprint(errOut))
+		must.Eq(t, []string{
+			"ID DC Name Class Drain Eligibility Status",
+			nodeID[:8] + " dc1 " + name + " <none> false eligible ready",
+		}, lines(out))
+		// Columns line up: each header starts where its values start.
+		raw := strings.Split(out, "\n")
+		must.EqOp(t, strings.Index(raw[0], "Status"), strings.Index(raw[1], "ready"))
+	})
+
+	t.Run("list verbose", func(t *testing.T) {
+		code, out, _ := run("node", "status", "-verbose", "-address", addr)
+		must.EqOp(t, 0, code)
+		must.StrContains(t, out, nodeID)
+		must.StrContains(t, lines(out)[0], "Address Version Status")
+	})
+
+	t.Run("list json", func(t *testing.T) {
+		code, out, _ := run("node", "status", "-json", "-address", addr)
+		must.EqOp(t, 0, code)
+		var nodes []*api.NodeListStub
+		must.NoError(t, json.Unmarshal([]byte(out), &nodes))
+		must.SliceLen(t, 1, nodes)
+		must.EqOp(t, nodeID, nodes[0].ID)
+	})
+
+	t.Run("one node by prefix", func(t *testing.T) {
+		code, out, errOut := run("node", "status", "-address", addr, nodeID[:6])
+		must.EqOp(t, 0, code, must.Sprint(errOut))
+		got := lines(out)
+		must.SliceContains(t, got, "ID = "+nodeID[:8])
+		must.SliceContains(t, got, "Name = "+name)
+		must.SliceContains(t, got, "Class = <none>")
+		must.SliceContains(t, got, "DC = dc1")
+		must.SliceContains(t, got, "Drain = false")
+		must.SliceContains(t, got, "Eligibility = eligible")
+		must.SliceContains(t, got, "Status = ready")
+		must.StrNotContains(t, out, "Attributes")
+	})
+
+	t.Run("one node verbose, flags after the ID", func(t *testing.T) {
+		code, out, _ := run("node", "status", "-address", addr, nodeID, "-verbose")
+		must.EqOp(t, 0, code)
+		got := lines(out)
+		must.SliceContains(t, got, "ID = "+nodeID)
+		must.SliceContains(t, got, "Attributes")
+		must.SliceContains(t, got, "roam.version = 0.1.0")
+	})
+
+	t.Run("one node json", func(t *testing.T) {
+		code, out, _ := run("node", "status", "-json", "-address", addr, nodeID)
+		must.EqOp(t, 0, code)
+		var node api.Node
+		must.NoError(t, json.Unmarshal([]byte(out), &node))
+		must.EqOp(t, nodeID, node.ID)
+		must.EqOp(t, name, node.Name)
+	})
+
+	t.Run("unknown ID", func(t *testing.T) {
+		code, out, errOut := run("node", "status", "-address", addr, "ffffffff-0000")
+		must.EqOp(t, 1, code)
+		must.EqOp(t, "", out)
+		must.StrContains(t, errOut, `No node(s) with prefix or id "ffffffff-0000" found`)
+	})
+
+	t.Run("ambiguous prefix", func(t *testing.T) {
+		registerFakeNode(t, a, "0123abcd-0000-4000-8000-000000000001", "fake-1")
+		registerFakeNode(t, a, "0123abcd-0000-4000-8000-000000000002", "fake-2")
+		code, out, errOut := run("node", "status", "-address", addr, "0123")
+		must.EqOp(t, 1, code)
+		must.EqOp(t, "", out)
+		must.StrContains(t, errOut, "matched multiple nodes")
+		got := lines(errOut)
+		must.SliceContains(t, got, "0123abcd-0000-4000-8000-000000000001 dc2 fake-1 big false eligible ready")
+		must.SliceContains(t, got, "0123abcd-0000-4000-8000-000000000002 dc2 fake-2 big false eligible ready")
+	})
+
+	t.Run("too many arguments", func(t *testing.T) {
+		code, _, errOut := run("node", "status", "-address", addr, "a", "b")
+		must.EqOp(t, 1, code)
+		must.StrContains(t, errOut, "Usage: roam node status")
+	})
+}
+
+func TestCLI_ServerMembers(t *testing.T) {
+	t.Parallel()
+	a, addr := newTestAgent(t)
+
+	code, out, errOut := run("server", "members", "-address", addr)
+	must.EqOp(t, 0, code, must.Sprint(errOut))
+	host, port, _ := strings.Cut(a.Server().Addr(), ":")
+	must.Eq(t, []string{
+		"Name Address Port Status Leader Raft Version Build Datacenter Region",
+		a.Config().Name + " " + host + " " + port + " alive true 3 0.1.0 dc1 global",
+	}, lines(out))
+
+	code, out, _ = run("server", "members", "-json", "-address", addr)
+	must.EqOp(t, 0, code)
+	var members api.ServerMembers
+	must.NoError(t, json.Unmarshal([]byte(out), &members))
+	must.SliceLen(t, 1, members.Members)
+	must.EqOp(t, "alive", members.Members[0].Status)
+
+	code, out, _ = run("server", "members", "-detailed", "-address", addr)
+	must.EqOp(t, 0, code)
+	must.StrContains(t, out, "role=nomad")
+}
+
+func TestCLI_OperatorRaft(t *testing.T) {
+	t.Parallel()
+	a, addr := newTestAgent(t)
+
+	code, out, errOut := run("operator", "raft", "list-peers", "-address", addr)
+	must.EqOp(t, 0, code, must.Sprint(errOut))
+	must.Eq(t, []string{
+		"Node ID Address State Voter RaftProtocol",
+		a.Config().Name + " " + a.Server().ID() + " " + a.Server().Addr() + " leader true 3",
+	}, lines(out))
+
+	code, out, _ = run("operator", "raft", "list-peers", "-stale", "-json", "-address", addr)
+	must.EqOp(t, 0, code)
+	var cfg api.RaftConfiguration
+	must.NoError(t, json.Unmarshal([]byte(out), &cfg))
+	must.SliceLen(t, 1, cfg.Servers)
+
+	// A single server cannot hand leadership to anyone.
+	code, _, errOut = run("operator", "raft", "transfer-leadership", "-address", addr, "-peer-id", a.Server().ID())
+	must.EqOp(t, 1, code)
+	must.StrContains(t, errOut, "Error transferring leadership")
+	must.StrContains(t, errOut, "no other voter")
+
+	code, _, errOut = run("operator", "raft", "transfer-leadership", "-address", addr, "-peer-id", "x", "-peer-address", "y")
+	must.EqOp(t, 1, code)
+	must.StrContains(t, errOut, "at most one")
+
+	code, _, errOut = run("operator", "raft", "remove-peer", "-address", addr, "-peer-id", "no-such-peer")
+	must.EqOp(t, 1, code)
+	must.StrContains(t, errOut, "404")
+}
+
+func TestCLI_Status(t *testing.T) {
+	t.Parallel()
+	a, addr := newTestAgent(t)
+
+	code, out, errOut := run("status", "-address", addr)
+	must.EqOp(t, 0, code, must.Sprint(errOut))
+	got := lines(out)
+	must.SliceContains(t, got, "Region = global")
+	must.SliceContains(t, got, fmt.Sprintf("Leader = %s (%s)", a.Config().Name, a.Server().Addr()))
+	must.SliceContains(t, got, "Raft Peers = 1")
+	must.SliceContains(t, got, "Servers = 1 (1 alive, 0 failed)")
+	must.SliceContains(t, got, "Nodes = 1 (1 ready, 0 down, 0 initializing)")
+	must.StrContains(t, out, a.Client().NodeID()[:8])
+
+	code, out, _ = run("status", "-json", "-address", addr)
+	must.EqOp(t, 0, code)
+	var st struct {
+		Leader string
+		Nodes  []*api.NodeListStub
+	}
+	must.NoError(t, json.Unmarshal([]byte(out), &st))
+	must.EqOp(t, a.Server().Addr(), st.Leader)
+	must.SliceLen(t, 1, st.Nodes)
+}
+
+func TestCLI_AddressFromEnv(t *testing.T) {
+	_, addr := newTestAgent(t)
+	t.Setenv(api.AddressEnv, addr)
+	code, out, errOut := run("server", "members")
+	must.EqOp(t, 0, code, must.Sprint(errOut))
+	must.StrContains(t, out, "alive")
+}
+
+func TestCLI_Unreachable(t *testing.T) {
+	t.Parallel()
+	code, _, errOut := run("node", "status", "-address", "http://127.0.0.1:1")
+	must.EqOp(t, 1, code)
+	must.StrContains(t, errOut, "Error listing nodes")
+}
+
+func TestCLI_Groups(t *testing.T) {
+	t.Parallel()
+	code, out, _ := run("operator", "raft")
+	must.EqOp(t, 0, code)
+	must.StrContains(t, out, "operator raft list-peers")
+	must.StrContains(t, out, "operator raft transfer-leadership")
+
+	code, _, errOut := run("node", "bogus")
+	must.EqOp(t, 1, code)
+	must.StrContains(t, errOut, `unknown subcommand "bogus"`)
+
+	code, _, errOut = run("node", "status", "-nope")
+	must.EqOp(t, 1, code)
+	must.StrContains(t, errOut, "flag provided but not defined")
+
+	code, _, _ = run("node", "status", "-h")
+	must.EqOp(t, 0, code)
+}
+
+func TestFormatColumns(t *testing.T) {
+	t.Parallel()
+	got := formatColumns([][]string{
+		{"ID", "Name", "Status"},
+		{"1", "long-name", "ready"},
+		{"22", "x", ""},
+	})
+	must.EqOp(t, "ID  Name       Status\n1   long-name  ready\n22  x\n", got)
+	must.EqOp(t, "A    = 1\nLong = 2\n", formatKV([][2]string{{"A", "1"}, {"Long", "2"}}))
+}

@@ -1,0 +1,182 @@
+package command
+
+import (
+	"fmt"
+	"io"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/roamhq/roam/api"
+)
+
+func init() {
+	registerGroup("node", "Interact with client nodes")
+	register("node status", &Command{Synopsis: "List client nodes, or show one node", Run: runNodeStatus})
+}
+
+const nodeStatusUsage = `Usage: roam node status [options] [node-id]
+
+  Without an argument, lists every client node. With a node ID, or a prefix
+  that matches one node, shows that node. IDs are shortened to 8 characters
+  unless -verbose is given.
+`
+
+func runNodeStatus(args []string, out, errOut io.Writer) int {
+	fs, f := newAPIFlagSet("node status", nodeStatusUsage, errOut)
+	verbose := fs.Bool("verbose", false, "show full IDs and, for one node, its attributes, meta and drivers")
+	pos, code, ok := parseArgs(fs, args)
+	if !ok {
+		return code
+	}
+	if len(pos) > 1 {
+		fmt.Fprintln(errOut, "This command takes either no argument or one: <node-id>")
+		fs.Usage()
+		return 1
+	}
+	c, err := f.client()
+	if err != nil {
+		return fail(errOut, "creating API client", err)
+	}
+	if len(pos) == 0 {
+		return listNodes(c, f, *verbose, out, errOut)
+	}
+	return showNode(c, f, pos[0], *verbose, out, errOut)
+}
+
+func listNodes(c *api.Client, f *apiFlags, verbose bool, out, errOut io.Writer) int {
+	nodes, _, err := c.Nodes().List(nil)
+	if err != nil {
+		return fail(errOut, "listing nodes", err)
+	}
+	if f.json {
+		if err := printJSON(out, nodes); err != nil {
+			return fail(errOut, "printing nodes", err)
+		}
+		return 0
+	}
+	if len(nodes) == 0 {
+		fmt.Fprintln(out, "No nodes registered")
+		return 0
+	}
+	fmt.Fprint(out, nodeTable(nodes, verbose))
+	return 0
+}
+
+// nodeTable renders nodes as Nomad's node list does.
+func nodeTable(nodes []*api.NodeListStub, verbose bool) string {
+	header := []string{"ID", "DC", "Name", "Class", "Drain", "Eligibility", "Status"}
+	if verbose {
+		header = append(header[:6:6], "Address", "Version", "Status")
+	}
+	rows := [][]string{header}
+	for _, n := range nodes {
+		row := []string{
+			shortID(n.ID, verbose), n.Datacenter, n.Name, orNone(n.NodeClass),
+			strconv.FormatBool(n.Drain), n.SchedulingEligibility,
+		}
+		if verbose {
+			row = append(row, n.Address, n.Version)
+		}
+		rows = append(rows, append(row, n.Status))
+	}
+	return formatColumns(rows)
+}
+
+func showNode(c *api.Client, f *apiFlags, id string, verbose bool, out, errOut io.Writer) int {
+	matches, _, err := c.Nodes().PrefixList(id)
+	if err != nil {
+		return fail(errOut, "looking up node", err)
+	}
+	for _, n := range matches {
+		if n.ID == id { // an exact ID wins over longer IDs it prefixes
+			matches = []*api.NodeListStub{n}
+			break
+		}
+	}
+	switch len(matches) {
+	case 0:
+		fmt.Fprintf(errOut, "No node(s) with prefix or id %q found\n", id)
+		return 1
+	case 1:
+	default:
+		fmt.Fprintf(errOut, "Prefix %q matched multiple nodes\n\n", id)
+		fmt.Fprint(errOut, nodeTable(matches, true))
+		return 1
+	}
+
+	node, _, err := c.Nodes().Info(matches[0].ID, nil)
+	if err != nil {
+		return fail(errOut, "reading node", err)
+	}
+	if f.json {
+		if err := printJSON(out, node); err != nil {
+			return fail(errOut, "printing node", err)
+		}
+		return 0
+	}
+	pairs := [][2]string{
+		{"ID", shortID(node.ID, verbose)},
+		{"Name", node.Name},
+		{"Class", orNone(node.NodeClass)},
+		{"DC", node.Datacenter},
+		{"Drain", strconv.FormatBool(node.Drain)},
+		{"Eligibility", node.SchedulingEligibility},
+		{"Status", node.Status},
+	}
+	if node.StatusDescription != "" {
+		pairs = append(pairs, [2]string{"Status Description", node.StatusDescription})
+	}
+	if node.StatusUpdatedAt != 0 {
+		pairs = append(pairs, [2]string{"Status Updated", time.Unix(node.StatusUpdatedAt, 0).UTC().Format(time.RFC3339)})
+	}
+	pairs = append(pairs,
+		[2]string{"HTTP Addr", orNone(node.HTTPAddr)},
+		[2]string{"Version", orNone(node.Attributes["roam.version"])},
+		[2]string{"Drivers", orNone(driverList(node.Drivers))},
+	)
+	fmt.Fprint(out, formatKV(pairs))
+	if verbose {
+		printMap(out, "Attributes", node.Attributes)
+		printMap(out, "Meta", node.Meta)
+	}
+	return 0
+}
+
+// driverList names the healthy drivers, sorted, comma-separated.
+func driverList(drivers map[string]*api.DriverInfo) string {
+	var names []string
+	for name, d := range drivers {
+		if d != nil && d.Detected && d.Healthy {
+			names = append(names, name)
+		}
+	}
+	sort.Strings(names)
+	s := ""
+	for i, n := range names {
+		if i > 0 {
+			s += ","
+		}
+		s += n
+	}
+	return s
+}
+
+// printMap prints a titled, sorted key = value section.
+func printMap(out io.Writer, title string, m map[string]string) {
+	fmt.Fprintf(out, "\n%s\n", title)
+	if len(m) == 0 {
+		fmt.Fprintln(out, "<none>")
+		return
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	pairs := make([][2]string, 0, len(keys))
+	for _, k := range keys {
+		pairs = append(pairs, [2]string{k, m[k]})
+	}
+	fmt.Fprint(out, formatKV(pairs))
+}
