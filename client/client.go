@@ -50,6 +50,7 @@ func NewClient(config *Config) (*Client, error) {
 	if err := config.Validate(); err != nil {
 		return nil, err
 	}
+	config = config.copy()
 	id, err := loadIdentity(config.DataDir)
 	if err != nil {
 		return nil, err

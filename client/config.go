@@ -69,3 +69,17 @@ func (c *Config) Validate() error {
 	}
 	return nil
 }
+
+// copy returns a copy the client may fill defaults into without changing
+// the caller's value.
+func (c *Config) copy() *Config {
+	n := *c
+	n.Servers = append([]string(nil), c.Servers...)
+	if c.Meta != nil {
+		n.Meta = make(map[string]string, len(c.Meta))
+		for k, v := range c.Meta {
+			n.Meta[k] = v
+		}
+	}
+	return &n
+}

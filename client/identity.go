@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 
 	"github.com/google/uuid"
+	"github.com/roamhq/roam/internal/fsutil"
 )
 
 // identity is what makes a node the same node across restarts.
@@ -41,32 +42,11 @@ func loadIdentity(dataDir string) (*identity, error) {
 	case errors.Is(err, os.ErrNotExist):
 		id := &identity{NodeID: uuid.NewString(), SecretID: uuid.NewString()}
 		buf, _ := json.Marshal(id)
-		if err := writeFileAtomic(path, buf); err != nil {
+		if err := fsutil.WriteFileAtomic(path, buf, 0o600); err != nil {
 			return nil, fmt.Errorf("client: persist identity: %w", err)
 		}
 		return id, nil
 	default:
 		return nil, fmt.Errorf("client: read identity: %w", err)
 	}
-}
-
-// writeFileAtomic writes through a synced temp file and a rename.
-func writeFileAtomic(path string, data []byte) error {
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
 }

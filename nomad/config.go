@@ -117,9 +117,11 @@ func TestConfig(t testing.TB) *Config {
 	c.FailoverHeartbeatTTL = 500 * time.Millisecond
 	c.RPCHoldTimeout = 2 * time.Second
 	rc := raft.DefaultConfig()
-	rc.HeartbeatTimeout = 100 * time.Millisecond
-	rc.ElectionTimeout = 100 * time.Millisecond
-	rc.LeaderLeaseTimeout = 50 * time.Millisecond
+	// Fast, but with room for a loaded 2-core CI machine running -race:
+	// shorter timers make leaders step down under load.
+	rc.HeartbeatTimeout = 250 * time.Millisecond
+	rc.ElectionTimeout = 250 * time.Millisecond
+	rc.LeaderLeaseTimeout = 125 * time.Millisecond
 	rc.CommitTimeout = 5 * time.Millisecond
 	c.RaftConfig = rc
 	c.Logger = hclog.New(&hclog.LoggerOptions{

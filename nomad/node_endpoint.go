@@ -129,6 +129,21 @@ func (n *Node) Deregister(args *structs.NodeDeregisterRequest, reply *structs.Ge
 		return fmt.Errorf("%w: no node IDs given", structs.ErrInvalidRequest)
 	}
 	store := n.srv.State()
+	// A node may deregister only itself. Without a node's token the caller
+	// is an operator (there are no ACLs yet).
+	if args.AuthToken != "" {
+		caller, err := store.NodeBySecretID(nil, args.AuthToken)
+		if err != nil {
+			return err
+		}
+		if caller != nil {
+			for _, id := range args.NodeIDs {
+				if id != caller.ID {
+					return fmt.Errorf("%w: node %s may not deregister node %s", structs.ErrPermissionDenied, caller.ID, id)
+				}
+			}
+		}
+	}
 	for _, id := range args.NodeIDs {
 		node, err := store.NodeByID(nil, id)
 		if err != nil {

@@ -18,6 +18,7 @@ import (
 	raftwal "github.com/hashicorp/raft-wal"
 	"github.com/hashicorp/raft-wal/metadb"
 	"github.com/hashicorp/yamux"
+	"github.com/roamhq/roam/internal/fsutil"
 	"github.com/roamhq/roam/state"
 	"github.com/roamhq/roam/structs"
 )
@@ -184,7 +185,7 @@ func loadNodeID(c *Config) error {
 		return nil
 	case errors.Is(err, os.ErrNotExist):
 		id := uuid.NewString()
-		if err := writeFileAtomic(path, []byte(id+"\n")); err != nil {
+		if err := fsutil.WriteFileAtomic(path, []byte(id+"\n"), 0o600); err != nil {
 			return fmt.Errorf("server: persist node id: %w", err)
 		}
 		c.NodeID = id
@@ -192,28 +193,6 @@ func loadNodeID(c *Config) error {
 	default:
 		return fmt.Errorf("server: read node id: %w", err)
 	}
-}
-
-// writeFileAtomic writes via a synced temp file and rename, so a crash
-// leaves either the old file or the new one.
-func writeFileAtomic(path string, data []byte) error {
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
 }
 
 func (s *Server) setupRaft() error {
