@@ -62,6 +62,10 @@ type Node struct {
 	Status                string
 	StatusDescription     string
 	SchedulingEligibility string
+	// DrainStrategy is set while the node drains; Drain mirrors it for
+	// Nomad-shaped clients.
+	DrainStrategy *DrainStrategy
+	Drain         bool
 	// StatusUpdatedAt is a Unix time in seconds, as in Nomad's API.
 	StatusUpdatedAt int64
 	CreateIndex     uint64
@@ -104,6 +108,10 @@ func (n *Node) Copy() *Node {
 			c.Drivers[k] = &d
 		}
 	}
+	if n.DrainStrategy != nil {
+		d := *n.DrainStrategy
+		c.DrainStrategy = &d
+	}
 	c.CSIControllerPlugins = copyCSIInfo(n.CSIControllerPlugins)
 	c.CSINodePlugins = copyCSIInfo(n.CSINodePlugins)
 	return &c
@@ -133,6 +141,7 @@ func (n *Node) Stub() *NodeListStub {
 		NodeClass:             n.NodeClass,
 		Version:               n.Attributes["roam.version"],
 		SchedulingEligibility: n.SchedulingEligibility,
+		Drain:                 n.DrainStrategy != nil,
 		Status:                n.Status,
 		StatusDescription:     n.StatusDescription,
 		Drivers:               n.Drivers,
@@ -180,6 +189,23 @@ func copyCSIInfo(m map[string]*CSIInfo) map[string]*CSIInfo {
 		c[k] = &i
 	}
 	return c
+}
+
+// DrainSpec is what an operator asks of a drain.
+type DrainSpec struct {
+	// Deadline bounds the drain; at it, remaining allocations are stopped.
+	// Negative means force: stop everything at once.
+	Deadline time.Duration
+	// IgnoreSystemJobs leaves system job allocations in place.
+	IgnoreSystemJobs bool
+}
+
+// DrainStrategy is a drain in progress.
+type DrainStrategy struct {
+	DrainSpec
+	// ForceDeadline is when the drain stops what is left; zero for none.
+	ForceDeadline time.Time
+	StartedAt     time.Time
 }
 
 // NodeRegisterRequest registers or re-registers a node.

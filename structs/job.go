@@ -1,0 +1,365 @@
+package structs
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"time"
+)
+
+// Job types.
+const (
+	JobTypeService = "service"
+	JobTypeBatch   = "batch"
+	JobTypeSystem  = "system"
+)
+
+// Job statuses.
+const (
+	JobStatusPending = "pending"
+	JobStatusRunning = "running"
+	JobStatusDead    = "dead"
+)
+
+// DefaultNamespace is the only namespace Roam has.
+const DefaultNamespace = "default"
+
+// Job defaults, as in Nomad.
+const (
+	JobDefaultPriority = 50
+	JobMinPriority     = 1
+	JobMaxPriority     = 100
+	DefaultKillTimeout = 5 * time.Second
+)
+
+// validJobID is what a job ID may look like: no spaces, no slashes, no
+// control characters, at most 128 characters.
+var validJobID = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.\-]{0,127}$`)
+
+// Job is a workload specification: groups of tasks to keep running.
+type Job struct {
+	Region      string
+	Namespace   string
+	ID          string
+	Name        string
+	Type        string
+	Priority    int
+	AllAtOnce   bool
+	Datacenters []string
+	TaskGroups  []*TaskGroup
+	Meta        map[string]string
+
+	// Stop marks a job the user stopped; its allocations are stopped but
+	// the job is kept until purged.
+	Stop              bool
+	Status            string
+	StatusDescription string
+	// Version increments with every change to the specification.
+	Version        uint64
+	SubmitTime     int64
+	CreateIndex    uint64
+	ModifyIndex    uint64
+	JobModifyIndex uint64
+}
+
+// TaskGroup is a set of tasks placed together on one node, Count times.
+type TaskGroup struct {
+	Name             string
+	Count            int
+	Tasks            []*Task
+	RestartPolicy    *RestartPolicy
+	ReschedulePolicy *ReschedulePolicy
+	Migrate          *MigrateStrategy
+	// Volumes are the CSI volumes the group claims, by the name tasks use
+	// in their volume_mount blocks.
+	Volumes map[string]*VolumeRequest
+	Meta    map[string]string
+}
+
+// Task is one process.
+type Task struct {
+	Name   string
+	Driver string
+	// Config is the driver's own configuration (raw_exec: command, args).
+	Config       map[string]any
+	Env          map[string]string
+	Resources    *Resources
+	KillTimeout  time.Duration
+	KillSignal   string
+	VolumeMounts []*VolumeMount
+	Meta         map[string]string
+}
+
+// Resources a task asks for.
+type Resources struct {
+	CPU      int // MHz
+	MemoryMB int
+}
+
+// Restart modes.
+const (
+	RestartPolicyModeFail  = "fail"
+	RestartPolicyModeDelay = "delay"
+)
+
+// RestartPolicy says how a task that exits is restarted in place.
+type RestartPolicy struct {
+	Attempts int
+	Interval time.Duration
+	Delay    time.Duration
+	Mode     string
+}
+
+// Reschedule delay functions.
+const (
+	DelayFunctionConstant    = "constant"
+	DelayFunctionExponential = "exponential"
+	DelayFunctionFibonacci   = "fibonacci"
+)
+
+// ReschedulePolicy says how a failed allocation is replaced elsewhere.
+type ReschedulePolicy struct {
+	Attempts      int
+	Interval      time.Duration
+	Delay         time.Duration
+	DelayFunction string
+	MaxDelay      time.Duration
+	Unlimited     bool
+}
+
+// MigrateStrategy bounds how a drain moves a group's allocations.
+type MigrateStrategy struct {
+	MaxParallel     int
+	HealthCheck     string
+	MinHealthyTime  time.Duration
+	HealthyDeadline time.Duration
+}
+
+// VolumeRequest is a group's claim on a CSI volume.
+type VolumeRequest struct {
+	Name   string
+	Type   string // "csi"
+	Source string // the volume ID
+	// PerAlloc appends "[N]" (the allocation's index) to Source.
+	PerAlloc       bool
+	ReadOnly       bool
+	AccessMode     string
+	AttachmentMode string
+	MountOptions   *CSIMountOptions
+}
+
+// CSIMountOptions are passed to the node plugin.
+type CSIMountOptions struct {
+	FSType     string
+	MountFlags []string
+}
+
+// VolumeMount exposes a group volume inside a task.
+type VolumeMount struct {
+	Volume      string
+	Destination string
+	ReadOnly    bool
+}
+
+// Defaults for a group's policies by job type, as in Nomad.
+func defaultRestartPolicy(jobType string) *RestartPolicy {
+	if jobType == JobTypeBatch {
+		return &RestartPolicy{Attempts: 3, Interval: 24 * time.Hour, Delay: 15 * time.Second, Mode: RestartPolicyModeFail}
+	}
+	return &RestartPolicy{Attempts: 2, Interval: 30 * time.Minute, Delay: 15 * time.Second, Mode: RestartPolicyModeFail}
+}
+
+func defaultReschedulePolicy(jobType string) *ReschedulePolicy {
+	switch jobType {
+	case JobTypeService:
+		return &ReschedulePolicy{Delay: 30 * time.Second, DelayFunction: DelayFunctionExponential, MaxDelay: time.Hour, Unlimited: true}
+	case JobTypeBatch:
+		return &ReschedulePolicy{Attempts: 1, Interval: 24 * time.Hour, Delay: 5 * time.Second, DelayFunction: DelayFunctionConstant}
+	}
+	return nil // system jobs are not rescheduled
+}
+
+func defaultMigrateStrategy() *MigrateStrategy {
+	return &MigrateStrategy{MaxParallel: 1, HealthCheck: "task_states", MinHealthyTime: 10 * time.Second, HealthyDeadline: 5 * time.Minute}
+}
+
+// Canonicalize fills in defaults the user left out. Values the user set,
+// including explicit zeros inside a policy block, are kept. A group's Count
+// is not defaulted here: zero is a valid count, so the job file parsers,
+// which can tell "count = 0" from no count, default it to 1.
+func (j *Job) Canonicalize() {
+	if j.Namespace == "" {
+		j.Namespace = DefaultNamespace
+	}
+	if j.Name == "" {
+		j.Name = j.ID
+	}
+	if j.Type == "" {
+		j.Type = JobTypeService
+	}
+	if j.Priority == 0 {
+		j.Priority = JobDefaultPriority
+	}
+	if len(j.Datacenters) == 0 {
+		j.Datacenters = []string{"*"}
+	}
+	for _, tg := range j.TaskGroups {
+		if tg.RestartPolicy == nil {
+			tg.RestartPolicy = defaultRestartPolicy(j.Type)
+		}
+		if tg.ReschedulePolicy == nil {
+			tg.ReschedulePolicy = defaultReschedulePolicy(j.Type)
+		}
+		if tg.Migrate == nil && j.Type == JobTypeService {
+			tg.Migrate = defaultMigrateStrategy()
+		}
+		for _, t := range tg.Tasks {
+			if t.Resources == nil {
+				t.Resources = &Resources{CPU: 100, MemoryMB: 300}
+			}
+			if t.KillTimeout == 0 {
+				t.KillTimeout = DefaultKillTimeout
+			}
+			if t.KillSignal == "" {
+				t.KillSignal = "SIGINT"
+			}
+		}
+		for name, v := range tg.Volumes {
+			if v.Name == "" {
+				v.Name = name
+			}
+		}
+	}
+}
+
+// Validate reports every problem with a canonicalized job, joined.
+func (j *Job) Validate() error {
+	var errs []error
+	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if !validJobID.MatchString(j.ID) {
+		add("job ID %q must start with a letter or digit and hold only letters, digits, '_', '-' and '.' (at most 128)", j.ID)
+	}
+	if j.Namespace != DefaultNamespace {
+		add("namespace %q is not supported; only %q exists", j.Namespace, DefaultNamespace)
+	}
+	switch j.Type {
+	case JobTypeService, JobTypeBatch, JobTypeSystem:
+	default:
+		add("job type %q is not one of service, batch, system", j.Type)
+	}
+	if j.Priority < JobMinPriority || j.Priority > JobMaxPriority {
+		add("priority %d must be between %d and %d", j.Priority, JobMinPriority, JobMaxPriority)
+	}
+	if len(j.TaskGroups) == 0 {
+		add("job has no task groups")
+	}
+	groups := make(map[string]bool)
+	for _, tg := range j.TaskGroups {
+		if tg.Name == "" {
+			add("a task group has no name")
+			continue
+		}
+		if groups[tg.Name] {
+			add("task group %q is defined twice", tg.Name)
+		}
+		groups[tg.Name] = true
+		if err := tg.validate(j.Type); err != nil {
+			errs = append(errs, fmt.Errorf("group %q: %w", tg.Name, err))
+		}
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: %w", ErrInvalidRequest, errors.Join(errs...))
+}
+
+func (tg *TaskGroup) validate(jobType string) error {
+	var errs []error
+	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if tg.Count < 0 {
+		add("count %d must not be negative", tg.Count)
+	}
+	if jobType == JobTypeSystem && tg.Count > 1 {
+		add("system jobs run one allocation per node; count %d is not allowed", tg.Count)
+	}
+	if len(tg.Tasks) == 0 {
+		add("group has no tasks")
+	}
+	if p := tg.RestartPolicy; p != nil {
+		if p.Attempts < 0 || p.Interval < 0 || p.Delay < 0 {
+			add("restart: attempts, interval and delay must not be negative")
+		}
+		if p.Mode != RestartPolicyModeFail && p.Mode != RestartPolicyModeDelay {
+			add("restart: mode %q is not one of fail, delay", p.Mode)
+		}
+	}
+	if p := tg.ReschedulePolicy; p != nil {
+		if jobType == JobTypeSystem {
+			add("reschedule is not supported for system jobs")
+		}
+		if p.Attempts < 0 || p.Interval < 0 || p.Delay < 0 || p.MaxDelay < 0 {
+			add("reschedule: attempts, interval, delay and max_delay must not be negative")
+		}
+		switch p.DelayFunction {
+		case DelayFunctionConstant, DelayFunctionExponential, DelayFunctionFibonacci:
+		default:
+			add("reschedule: delay_function %q is not one of constant, exponential, fibonacci", p.DelayFunction)
+		}
+		if p.DelayFunction != DelayFunctionConstant && p.MaxDelay > 0 && p.MaxDelay < p.Delay {
+			add("reschedule: max_delay %s is less than delay %s", p.MaxDelay, p.Delay)
+		}
+	}
+	if m := tg.Migrate; m != nil && m.MaxParallel < 0 {
+		add("migrate: max_parallel %d must not be negative", m.MaxParallel)
+	}
+	for name, v := range tg.Volumes {
+		if v.Type != "csi" {
+			add("volume %q: type %q is not supported; only \"csi\"", name, v.Type)
+		}
+		if v.Source == "" {
+			add("volume %q: source is required", name)
+		}
+	}
+	tasks := make(map[string]bool)
+	for _, t := range tg.Tasks {
+		if t.Name == "" {
+			add("a task has no name")
+			continue
+		}
+		if tasks[t.Name] {
+			add("task %q is defined twice", t.Name)
+		}
+		tasks[t.Name] = true
+		if t.Driver == "" {
+			add("task %q: driver is required", t.Name)
+		}
+		if t.Resources != nil && (t.Resources.CPU < 0 || t.Resources.MemoryMB < 0) {
+			add("task %q: resources must not be negative", t.Name)
+		}
+		if t.KillTimeout < 0 {
+			add("task %q: kill_timeout must not be negative", t.Name)
+		}
+		for _, vm := range t.VolumeMounts {
+			if _, ok := tg.Volumes[vm.Volume]; !ok {
+				add("task %q: volume_mount names volume %q, which the group does not request", t.Name, vm.Volume)
+			}
+			if vm.Destination == "" {
+				add("task %q: volume_mount of %q needs a destination", t.Name, vm.Volume)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// LookupTaskGroup returns the named group or nil.
+func (j *Job) LookupTaskGroup(name string) *TaskGroup {
+	for _, tg := range j.TaskGroups {
+		if tg.Name == name {
+			return tg
+		}
+	}
+	return nil
+}
+
+// Stopped reports whether the job should run nothing.
+func (j *Job) Stopped() bool { return j == nil || j.Stop }
