@@ -1,0 +1,402 @@
+package jobspec
+
+import (
+	"errors"
+	"fmt"
+	"math/big"
+	"time"
+
+	"github.com/hashicorp/hcl/v2"
+	"github.com/hashicorp/hcl/v2/gohcl"
+	"github.com/hashicorp/hcl/v2/hclparse"
+	"github.com/zclconf/go-cty/cty"
+
+	"github.com/roamhq/roam/structs"
+)
+
+// The hcl* types mirror the blocks and attributes Roam reads. Anything not
+// named here is reported by gohcl as an unsupported argument or block, with
+// its position, rather than dropped. Optional scalars are pointers so that
+// an absent attribute can take its default; durations are kept as
+// attributes so that a bad one is reported where it is written.
+
+type hclJob struct {
+	Name        *string     `hcl:"name,optional"`
+	Type        *string     `hcl:"type,optional"`
+	Region      *string     `hcl:"region,optional"`
+	Namespace   *string     `hcl:"namespace,optional"`
+	Priority    *int        `hcl:"priority,optional"`
+	AllAtOnce   *bool       `hcl:"all_at_once,optional"`
+	Datacenters []string    `hcl:"datacenters,optional"`
+	Meta        *hclAttrs   `hcl:"meta,block"`
+	Groups      []*hclGroup `hcl:"group,block"`
+}
+
+type hclGroup struct {
+	Name       string         `hcl:"name,label"`
+	Count      *int           `hcl:"count,optional"`
+	Meta       *hclAttrs      `hcl:"meta,block"`
+	Restart    *hclRestart    `hcl:"restart,block"`
+	Reschedule *hclReschedule `hcl:"reschedule,block"`
+	Migrate    *hclMigrate    `hcl:"migrate,block"`
+	Volumes    []*hclVolume   `hcl:"volume,block"`
+	Tasks      []*hclTask     `hcl:"task,block"`
+}
+
+type hclRestart struct {
+	Attempts *int           `hcl:"attempts,optional"`
+	Interval *hcl.Attribute `hcl:"interval,optional"`
+	Delay    *hcl.Attribute `hcl:"delay,optional"`
+	Mode     *string        `hcl:"mode,optional"`
+}
+
+type hclReschedule struct {
+	Attempts      *int           `hcl:"attempts,optional"`
+	Interval      *hcl.Attribute `hcl:"interval,optional"`
+	Delay         *hcl.Attribute `hcl:"delay,optional"`
+	DelayFunction *string        `hcl:"delay_function,optional"`
+	MaxDelay      *hcl.Attribute `hcl:"max_delay,optional"`
+	Unlimited     *bool          `hcl:"unlimited,optional"`
+}
+
+type hclMigrate struct {
+	MaxParallel     *int           `hcl:"max_parallel,optional"`
+	HealthCheck     *string        `hcl:"health_check,optional"`
+	MinHealthyTime  *hcl.Attribute `hcl:"min_healthy_time,optional"`
+	HealthyDeadline *hcl.Attribute `hcl:"healthy_deadline,optional"`
+}
+
+type hclVolume struct {
+	Name           string           `hcl:"name,label"`
+	Type           string           `hcl:"type,optional"`
+	Source         string           `hcl:"source,optional"`
+	ReadOnly       bool             `hcl:"read_only,optional"`
+	AccessMode     string           `hcl:"access_mode,optional"`
+	AttachmentMode string           `hcl:"attachment_mode,optional"`
+	PerAlloc       bool             `hcl:"per_alloc,optional"`
+	MountOptions   *hclMountOptions `hcl:"mount_options,block"`
+	Body           hcl.Body         `hcl:",body"`
+}
+
+type hclMountOptions struct {
+	FSType     string   `hcl:"fs_type,optional"`
+	MountFlags []string `hcl:"mount_flags,optional"`
+}
+
+type hclTask struct {
+	Name         string            `hcl:"name,label"`
+	Driver       string            `hcl:"driver,optional"`
+	Config       *hclAttrs         `hcl:"config,block"`
+	Env          *hclAttrs         `hcl:"env,block"`
+	Resources    *hclResources     `hcl:"resources,block"`
+	KillTimeout  *hcl.Attribute    `hcl:"kill_timeout,optional"`
+	KillSignal   string            `hcl:"kill_signal,optional"`
+	Meta         *hclAttrs         `hcl:"meta,block"`
+	VolumeMounts []*hclVolumeMount `hcl:"volume_mount,block"`
+}
+
+type hclResources struct {
+	CPU      *int `hcl:"cpu,optional"`
+	MemoryMB *int `hcl:"memory,optional"`
+}
+
+type hclVolumeMount struct {
+	Volume      string `hcl:"volume,optional"`
+	Destination string `hcl:"destination,optional"`
+	ReadOnly    bool   `hcl:"read_only,optional"`
+}
+
+// hclAttrs is a block of free-form attributes: meta, env, driver config.
+type hclAttrs struct {
+	Body hcl.Body `hcl:",remain"`
+}
+
+var fileSchema = &hcl.BodySchema{
+	Blocks: []hcl.BlockHeaderSchema{{Type: "job", LabelNames: []string{"id"}}},
+}
+
+// ParseHCL parses a Nomad-style HCL job file holding exactly one job
+// block, defaults it and validates it. filename is used in error
+// messages, which read "file:line,col: summary; detail". Attributes and
+// blocks that Roam does not support are errors.
+func ParseHCL(filename string, src []byte) (*structs.Job, error) {
+	file, diags := hclparse.NewParser().ParseHCL(src, filename)
+	if diags.HasErrors() {
+		return nil, diagError(diags)
+	}
+	content, diags := file.Body.Content(fileSchema)
+	if diags.HasErrors() {
+		return nil, diagError(diags)
+	}
+	switch len(content.Blocks) {
+	case 0:
+		return nil, invalid("%s: no job block", filename)
+	case 1:
+	default:
+		r := content.Blocks[1].DefRange
+		return nil, invalid("%s:%d,%d: a job file holds one job block; found %d",
+			r.Filename, r.Start.Line, r.Start.Column, len(content.Blocks))
+	}
+	block := content.Blocks[0]
+	var hj hclJob
+	if diags := gohcl.DecodeBody(block.Body, nil, &hj); diags.HasErrors() {
+		return nil, diagError(diags)
+	}
+	d := &decoder{}
+	job := d.job(block.Labels[0], &hj)
+	if d.diags.HasErrors() {
+		return nil, diagError(d.diags)
+	}
+	return finish(job)
+}
+
+// decoder collects diagnostics while it converts, so that one run reports
+// every bad duration or meta value.
+type decoder struct {
+	diags hcl.Diagnostics
+}
+
+func (d *decoder) job(id string, hj *hclJob) *structs.Job {
+	job := &structs.Job{
+		ID:          id,
+		Datacenters: hj.Datacenters,
+		Meta:        d.strings(hj.Meta),
+	}
+	set(&job.Name, hj.Name)
+	set(&job.Type, hj.Type)
+	set(&job.Region, hj.Region)
+	set(&job.Namespace, hj.Namespace)
+	set(&job.Priority, hj.Priority)
+	set(&job.AllAtOnce, hj.AllAtOnce)
+	jobType := job.Type
+	for _, hg := range hj.Groups {
+		job.TaskGroups = append(job.TaskGroups, d.group(jobType, hg))
+	}
+	return job
+}
+
+func (d *decoder) group(jobType string, hg *hclGroup) *structs.TaskGroup {
+	tg := &structs.TaskGroup{Name: hg.Name, Count: 1, Meta: d.strings(hg.Meta)}
+	set(&tg.Count, hg.Count)
+	if r := hg.Restart; r != nil {
+		tg.RestartPolicy = (&restartSpec{
+			Attempts: r.Attempts,
+			Interval: d.duration(r.Interval),
+			Delay:    d.duration(r.Delay),
+			Mode:     r.Mode,
+		}).build(jobType)
+	}
+	if r := hg.Reschedule; r != nil {
+		tg.ReschedulePolicy = (&rescheduleSpec{
+			Attempts:      r.Attempts,
+			Interval:      d.duration(r.Interval),
+			Delay:         d.duration(r.Delay),
+			DelayFunction: r.DelayFunction,
+			MaxDelay:      d.duration(r.MaxDelay),
+			Unlimited:     r.Unlimited,
+		}).build(jobType)
+	}
+	if m := hg.Migrate; m != nil {
+		tg.Migrate = (&migrateSpec{
+			MaxParallel:     m.MaxParallel,
+			HealthCheck:     m.HealthCheck,
+			MinHealthyTime:  d.duration(m.MinHealthyTime),
+			HealthyDeadline: d.duration(m.HealthyDeadline),
+		}).build()
+	}
+	for _, hv := range hg.Volumes {
+		if tg.Volumes == nil {
+			tg.Volumes = make(map[string]*structs.VolumeRequest)
+		}
+		if _, dup := tg.Volumes[hv.Name]; dup {
+			d.diags = append(d.diags, &hcl.Diagnostic{
+				Severity: hcl.DiagError,
+				Summary:  "Duplicate volume block",
+				Detail:   fmt.Sprintf("Group %q already has a volume named %q.", hg.Name, hv.Name),
+				Subject:  hv.Body.MissingItemRange().Ptr(),
+			})
+			continue
+		}
+		v := &structs.VolumeRequest{
+			Name:           hv.Name,
+			Type:           hv.Type,
+			Source:         hv.Source,
+			ReadOnly:       hv.ReadOnly,
+			AccessMode:     hv.AccessMode,
+			AttachmentMode: hv.AttachmentMode,
+			PerAlloc:       hv.PerAlloc,
+		}
+		if mo := hv.MountOptions; mo != nil {
+			v.MountOptions = &structs.CSIMountOptions{FSType: mo.FSType, MountFlags: mo.MountFlags}
+		}
+		tg.Volumes[hv.Name] = v
+	}
+	for _, ht := range hg.Tasks {
+		tg.Tasks = append(tg.Tasks, d.task(ht))
+	}
+	return tg
+}
+
+func (d *decoder) task(ht *hclTask) *structs.Task {
+	t := &structs.Task{
+		Name:       ht.Name,
+		Driver:     ht.Driver,
+		Config:     d.config(ht.Config),
+		Env:        d.strings(ht.Env),
+		KillSignal: ht.KillSignal,
+		Meta:       d.strings(ht.Meta),
+	}
+	set(&t.KillTimeout, d.duration(ht.KillTimeout))
+	if r := ht.Resources; r != nil {
+		t.Resources = (&resourcesSpec{CPU: r.CPU, MemoryMB: r.MemoryMB}).build()
+	}
+	for _, vm := range ht.VolumeMounts {
+		t.VolumeMounts = append(t.VolumeMounts, &structs.VolumeMount{
+			Volume:      vm.Volume,
+			Destination: vm.Destination,
+			ReadOnly:    vm.ReadOnly,
+		})
+	}
+	return t
+}
+
+// duration reads a duration string such as "30s"; nil when absent.
+func (d *decoder) duration(attr *hcl.Attribute) *time.Duration {
+	if attr == nil {
+		return nil
+	}
+	var s string
+	if diags := gohcl.DecodeExpression(attr.Expr, nil, &s); diags.HasErrors() {
+		d.diags = append(d.diags, diags...)
+		return nil
+	}
+	dur, err := time.ParseDuration(s)
+	if err != nil {
+		d.diags = append(d.diags, &hcl.Diagnostic{
+			Severity: hcl.DiagError,
+			Summary:  "Invalid duration",
+			Detail:   fmt.Sprintf("%s: %v.", attr.Name, err),
+			Subject:  attr.Expr.Range().Ptr(),
+		})
+		return nil
+	}
+	return &dur
+}
+
+// strings reads a meta or env block; every value must convert to a string.
+func (d *decoder) strings(b *hclAttrs) map[string]string {
+	if b == nil {
+		return nil
+	}
+	attrs, diags := b.Body.JustAttributes()
+	d.diags = append(d.diags, diags...)
+	out := make(map[string]string, len(attrs))
+	for name, attr := range attrs {
+		var s string
+		if diags := gohcl.DecodeExpression(attr.Expr, nil, &s); diags.HasErrors() {
+			d.diags = append(d.diags, diags...)
+			continue
+		}
+		out[name] = s
+	}
+	return out
+}
+
+// config reads a driver config block into plain Go values.
+func (d *decoder) config(b *hclAttrs) map[string]any {
+	if b == nil {
+		return nil
+	}
+	attrs, diags := b.Body.JustAttributes()
+	d.diags = append(d.diags, diags...)
+	out := make(map[string]any, len(attrs))
+	for name, attr := range attrs {
+		v, diags := attr.Expr.Value(nil)
+		if diags.HasErrors() {
+			d.diags = append(d.diags, diags...)
+			continue
+		}
+		gv, err := ctyToGo(v)
+		if err != nil {
+			d.diags = append(d.diags, &hcl.Diagnostic{
+				Severity: hcl.DiagError,
+				Summary:  "Invalid driver config value",
+				Detail:   fmt.Sprintf("%s: %v.", name, err),
+				Subject:  attr.Expr.Range().Ptr(),
+			})
+			continue
+		}
+		out[name] = gv
+	}
+	return out
+}
+
+// ctyToGo converts a cty value to strings, int64 (whole numbers), float64,
+// bools, []any and map[string]any.
+func ctyToGo(v cty.Value) (any, error) {
+	if v.IsNull() {
+		return nil, nil
+	}
+	if !v.IsWhollyKnown() {
+		return nil, errors.New("value is not known")
+	}
+	ty := v.Type()
+	switch {
+	case ty == cty.String:
+		return v.AsString(), nil
+	case ty == cty.Bool:
+		return v.True(), nil
+	case ty == cty.Number:
+		bf := v.AsBigFloat()
+		if bf.IsInt() {
+			if i, acc := bf.Int64(); acc == big.Exact {
+				return i, nil
+			}
+		}
+		f, _ := bf.Float64()
+		return f, nil
+	case ty.IsListType(), ty.IsTupleType(), ty.IsSetType():
+		out := make([]any, 0, v.LengthInt())
+		for it := v.ElementIterator(); it.Next(); {
+			_, ev := it.Element()
+			gv, err := ctyToGo(ev)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, gv)
+		}
+		return out, nil
+	case ty.IsMapType(), ty.IsObjectType():
+		out := make(map[string]any, v.LengthInt())
+		for it := v.ElementIterator(); it.Next(); {
+			k, ev := it.Element()
+			gv, err := ctyToGo(ev)
+			if err != nil {
+				return nil, err
+			}
+			out[k.AsString()] = gv
+		}
+		return out, nil
+	}
+	return nil, fmt.Errorf("values of type %s are not supported", ty.FriendlyName())
+}
+
+// diagError renders the error diagnostics as "file:line,col: summary;
+// detail", one per line.
+func diagError(diags hcl.Diagnostics) error {
+	var errs []error
+	for _, diag := range diags {
+		if diag.Severity != hcl.DiagError {
+			continue
+		}
+		msg := diag.Summary
+		if diag.Detail != "" {
+			msg += "; " + diag.Detail
+		}
+		if r := diag.Subject; r != nil {
+			msg = fmt.Sprintf("%s:%d,%d: %s", r.Filename, r.Start.Line, r.Start.Column, msg)
+		}
+		errs = append(errs, errors.New(msg))
+	}
+	return fmt.Errorf("%w: %w", structs.ErrInvalidRequest, errors.Join(errs...))
+}
