@@ -98,7 +98,7 @@ func (s *Server) raftApply(t structs.MessageType, msg any) (any, uint64, error) 
 		return nil, 0, fmt.Errorf("encode %s: %w", t, err)
 	}
 	future := s.raft.Apply(buf, 30*time.Second)
-	if err := future.Error(); err != nil {
+	if err := s.waitFuture(future); err != nil {
 		if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) ||
 			errors.Is(err, raft.ErrLeadershipTransferInProgress) || errors.Is(err, raft.ErrRaftShutdown) {
 			return nil, 0, fmt.Errorf("%w: %s not applied: %v", structs.ErrNoLeader, t, err)

@@ -20,6 +20,9 @@ const (
 	snapIndex snapshotRecord = iota + 1
 	snapNode
 	snapEnd
+	snapJob
+	snapAlloc
+	snapEval
 )
 
 // FSM applies committed Raft entries to the state store. Apply touches
@@ -137,6 +140,30 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 			if err := restore.Node(&n); err != nil {
 				return err
 			}
+		case snapJob:
+			var j structs.Job
+			if err := dec.Decode(&j); err != nil {
+				return fmt.Errorf("fsm: restore job: %w", err)
+			}
+			if err := restore.Job(&j); err != nil {
+				return err
+			}
+		case snapAlloc:
+			var a structs.Allocation
+			if err := dec.Decode(&a); err != nil {
+				return fmt.Errorf("fsm: restore alloc: %w", err)
+			}
+			if err := restore.Alloc(&a); err != nil {
+				return err
+			}
+		case snapEval:
+			var e structs.Evaluation
+			if err := dec.Decode(&e); err != nil {
+				return fmt.Errorf("fsm: restore eval: %w", err)
+			}
+			if err := restore.Eval(&e); err != nil {
+				return err
+			}
 		default:
 			return fmt.Errorf("fsm: restore: unknown record type %d", rec)
 		}
@@ -185,6 +212,33 @@ func (s *fsmSnapshot) persist(w io.Writer) error {
 	}
 	for _, n := range nodes {
 		if err := write(snapNode, n); err != nil {
+			return err
+		}
+	}
+	jobs, err := s.snap.Jobs(nil, structs.DefaultNamespace, "")
+	if err != nil {
+		return err
+	}
+	for _, j := range jobs {
+		if err := write(snapJob, j); err != nil {
+			return err
+		}
+	}
+	allocs, err := s.snap.Allocs(nil, "")
+	if err != nil {
+		return err
+	}
+	for _, a := range allocs {
+		if err := write(snapAlloc, a); err != nil {
+			return err
+		}
+	}
+	evals, err := s.snap.Evals(nil, "")
+	if err != nil {
+		return err
+	}
+	for _, e := range evals {
+		if err := write(snapEval, e); err != nil {
 			return err
 		}
 	}

@@ -43,7 +43,7 @@ func (s *Server) monitorLeadership() {
 // context that revokeLeadership cancels.
 func (s *Server) establishLeadership() {
 	s.logger.Info("cluster leadership acquired")
-	if err := s.raft.Barrier(time.Minute).Error(); err != nil {
+	if err := s.waitFuture(s.raft.Barrier(time.Minute)); err != nil {
 		// Without the barrier this leader's view may be stale; leave the
 		// duties off and let Raft elect again.
 		s.logger.Error("barrier after election failed; not starting leader duties", "error", err)

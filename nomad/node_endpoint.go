@@ -79,6 +79,11 @@ func (n *Node) UpdateStatus(args *structs.NodeUpdateStatusRequest, reply *struct
 		return fmt.Errorf("%w: token does not belong to node %s", structs.ErrPermissionDenied, args.NodeID)
 	}
 
+	if args.Status != structs.NodeStatusDown && !n.srv.heartbeats.running() {
+		// Refuse before writing: the reply needs a TTL, which only an
+		// established leader can give, and a retried write must not land twice.
+		return fmt.Errorf("%w: leader is still starting", structs.ErrNoLeader)
+	}
 	reply.Index = node.ModifyIndex
 	if node.Status != args.Status {
 		req := structs.NodeUpdateStatusRequest{

@@ -394,6 +394,19 @@ func (s *Server) RPC(method string, args, reply any) error {
 	return structs.FromRPCError(codec.err)
 }
 
+// waitFuture waits for a Raft future, or until the server shuts down: a
+// future raced by Raft's own shutdown may never be answered.
+func (s *Server) waitFuture(f raft.Future) error {
+	done := make(chan error, 1)
+	go func() { done <- f.Error() }()
+	select {
+	case err := <-done:
+		return err
+	case <-s.shutdownCtx.Done():
+		return raft.ErrRaftShutdown
+	}
+}
+
 // State returns the state store as of now; callers must not mutate what it
 // returns.
 func (s *Server) State() *state.StateStore { return s.fsm.State() }

@@ -27,6 +27,30 @@ func (r *Restore) Node(n *structs.Node) error {
 	return nil
 }
 
+// Job adds a job.
+func (r *Restore) Job(j *structs.Job) error {
+	if err := r.txn.Insert(TableJobs, j); err != nil {
+		return fmt.Errorf("state: restore job: %w", err)
+	}
+	return nil
+}
+
+// Alloc adds an allocation.
+func (r *Restore) Alloc(a *structs.Allocation) error {
+	if err := r.txn.Insert(TableAllocs, a); err != nil {
+		return fmt.Errorf("state: restore alloc: %w", err)
+	}
+	return nil
+}
+
+// Eval adds an evaluation.
+func (r *Restore) Eval(e *structs.Evaluation) error {
+	if err := r.txn.Insert(TableEvals, e); err != nil {
+		return fmt.Errorf("state: restore eval: %w", err)
+	}
+	return nil
+}
+
 // IndexEntry adds a table index.
 func (r *Restore) IndexEntry(e *IndexEntry) error {
 	if err := r.txn.Insert(TableIndex, e); err != nil {

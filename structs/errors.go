@@ -55,6 +55,10 @@ func FromRPCError(err error) error {
 		}
 	}
 	msg := err.Error()
+	// net/rpc's own wording for a method no service has.
+	if strings.HasPrefix(msg, "rpc: can't find service ") || strings.HasPrefix(msg, "rpc: can't find method ") {
+		return &rpcError{msg: msg, sentinel: ErrUnknownMethod}
+	}
 	for _, known := range knownErrors {
 		if strings.Contains(msg, known.Error()) {
 			return &rpcError{msg: msg, sentinel: known}
