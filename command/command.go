@@ -13,6 +13,9 @@ import (
 // name and returns the process exit code.
 type Command struct {
 	Synopsis string
+	// Hidden commands are internal (started by roam itself) and left out
+	// of usage.
+	Hidden bool
 	Run      func(args []string, out, errOut io.Writer) int
 }
 
@@ -50,7 +53,7 @@ func usage(w io.Writer, prefix string) {
 	fmt.Fprintln(w)
 	names := make([]string, 0, len(commands))
 	for name := range commands {
-		if strings.HasPrefix(name, prefix) {
+		if strings.HasPrefix(name, prefix) && !commands[name].Hidden {
 			names = append(names, name)
 		}
 	}
