@@ -16,7 +16,7 @@ type Command struct {
 	// Hidden commands are internal (started by roam itself) and left out
 	// of usage.
 	Hidden bool
-	Run      func(args []string, out, errOut io.Writer) int
+	Run    func(args []string, out, errOut io.Writer) int
 }
 
 // commands maps a subcommand's words ("node status") to it. Each file that
