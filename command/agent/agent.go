@@ -183,7 +183,7 @@ func (a *Agent) setupClient(httpAdvertise string) error {
 	c := a.config
 	cc := client.DefaultConfig()
 	cc.DataDir = c.DataDir
-	cc.NodeName = c.Name
+	cc.NodeName = a.memberName()
 	cc.Region = c.Region
 	cc.Datacenter = c.Datacenter
 	cc.NodeClass = c.Client.NodeClass
