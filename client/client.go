@@ -100,10 +100,7 @@ func (c *Client) Servers() []string {
 // idempotent, so a call that may have run is safe to send again.
 func (c *Client) RPC(method string, args, reply any) error {
 	setAuth(args, c.config.Region, c.id.SecretID)
-	timeout := 30 * time.Second
-	if q, ok := args.(interface{ TimeToBlock() time.Duration }); ok {
-		timeout += q.TimeToBlock()
-	}
+	timeout := structs.RPCCallTimeout(args)
 
 	deadline := time.Now().Add(c.config.RPCRetryTimeout)
 	backoff := c.config.MinRetryBackoff
@@ -111,7 +108,9 @@ func (c *Client) RPC(method string, args, reply any) error {
 		conn, err := c.getConn()
 		if err == nil {
 			err = conn.call(method, args, reply, timeout)
-			if errors.Is(err, errConnLost) {
+			if errors.Is(err, errConnLost) || structs.IsRetryable(err) {
+				// A server that cannot reach a leader (say, the minority
+				// side of a partition) is as good as gone: try the next.
 				c.dropConn(conn)
 			}
 		}

@@ -36,6 +36,9 @@ func (s *Server) forward(method string, info structs.RPCInfo, args, reply any) (
 		if leaderAddr != "" && leaderAddr != s.advertise {
 			metrics.IncrCounter([]string{"rpc", "forward"}, 1)
 			err := s.forwardTo(leaderAddr, method, info, args, reply)
+			// Retry only what surely did not run: no connection, or the
+			// leader refused before writing. A lost connection or lost
+			// leadership mid-write goes back to the caller as retryable.
 			retry := errors.Is(err, errDial) ||
 				errors.Is(err, structs.ErrNoLeader) && !errors.Is(err, errConnLost) && !errors.Is(err, context.DeadlineExceeded)
 			if !retry {
@@ -59,13 +62,12 @@ func (s *Server) forward(method string, info structs.RPCInfo, args, reply any) (
 // forwardTo calls the leader. The call's own bound is the query's blocking
 // time for reads, plus slack for the leader's reply.
 func (s *Server) forwardTo(addr, method string, info structs.RPCInfo, args, reply any) error {
-	timeout := 30 * time.Second
-	if q, ok := info.(interface{ TimeToBlock() time.Duration }); ok {
-		timeout += q.TimeToBlock()
-	}
-	ctx, cancel := context.WithTimeout(s.shutdownCtx, timeout)
+	ctx, cancel := context.WithTimeout(s.shutdownCtx, structs.RPCCallTimeout(info))
 	defer cancel()
 	err := s.connPool.RPC(ctx, addr, method, args, reply)
+	if err != nil && s.shutdownCtx.Err() != nil {
+		return fmt.Errorf("%w: while forwarding %s", structs.ErrShutdown, method)
+	}
 	if errors.Is(err, errConnLost) || errors.Is(err, context.DeadlineExceeded) {
 		// Whether the leader ran the call is unknown, so the caller gets a
 		// retryable error instead of a silent second attempt here.
@@ -99,9 +101,14 @@ func (s *Server) raftApply(t structs.MessageType, msg any) (any, uint64, error) 
 	}
 	future := s.raft.Apply(buf, 30*time.Second)
 	if err := s.waitFuture(future); err != nil {
-		if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) ||
-			errors.Is(err, raft.ErrLeadershipTransferInProgress) || errors.Is(err, raft.ErrRaftShutdown) {
+		switch {
+		case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipTransferInProgress),
+			errors.Is(err, raft.ErrEnqueueTimeout):
+			// Refused before it entered the log: safe to send again.
 			return nil, 0, fmt.Errorf("%w: %s not applied: %v", structs.ErrNoLeader, t, err)
+		case errors.Is(err, raft.ErrLeadershipLost), errors.Is(err, raft.ErrRaftShutdown):
+			// In the log, perhaps committed by the next leader.
+			return nil, 0, fmt.Errorf("%w: %s: %v", structs.ErrOutcomeUnknown, t, err)
 		}
 		return nil, 0, fmt.Errorf("raft apply %s: %w", t, err)
 	}
@@ -120,7 +127,7 @@ type queryFn func(ws memdb.WatchSet, store *state.StateStore) error
 // MinQueryIndex, waits for what fn read to change and runs it again.
 func (s *Server) blockingRPC(opts *structs.QueryOptions, meta *structs.QueryMeta, fn queryFn) error {
 	// A little jitter spreads the wake-ups of many identical queries.
-	ctx, cancel := context.WithTimeout(s.shutdownCtx, jitter(opts.TimeToBlock(), 16))
+	ctx, cancel := context.WithTimeout(s.shutdownCtx, jitter(opts.TimeToBlock(), structs.BlockingJitterFraction))
 	defer cancel()
 	for {
 		store := s.fsm.State()

@@ -140,10 +140,20 @@ func (h *heartbeater) armLocked(nodeID string, d time.Duration) {
 	h.timers[nodeID] = timer
 }
 
-// markNodeDown records that nodeID missed its heartbeat.
+// armed reports whether nodeID has a live timer: a heartbeat arrived after
+// the timer fired.
+func (h *heartbeater) armed(nodeID string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	_, ok := h.timers[nodeID]
+	return ok
+}
+
+// markNodeDown records that nodeID missed its heartbeat, unless a
+// heartbeat re-armed its timer since it fired.
 func (s *Server) markNodeDown(nodeID string) {
 	node, err := s.State().NodeByID(nil, nodeID)
-	if err != nil || node == nil || node.Status == structs.NodeStatusDown {
+	if err != nil || node == nil || node.Status == structs.NodeStatusDown || s.heartbeats.armed(nodeID) {
 		return
 	}
 	req := structs.NodeUpdateStatusRequest{

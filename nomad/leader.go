@@ -44,9 +44,12 @@ func (s *Server) monitorLeadership() {
 func (s *Server) establishLeadership() {
 	s.logger.Info("cluster leadership acquired")
 	if err := s.waitFuture(s.raft.Barrier(time.Minute)); err != nil {
-		// Without the barrier this leader's view may be stale; leave the
-		// duties off and let Raft elect again.
-		s.logger.Error("barrier after election failed; not starting leader duties", "error", err)
+		// Without the barrier this leader's view may be stale, and a leader
+		// without duties would refuse every client: hand over instead.
+		s.logger.Error("barrier after election failed; stepping down", "error", err)
+		if err := s.raft.LeadershipTransfer().Error(); err != nil {
+			s.logger.Error("leadership transfer after failed barrier", "error", err)
+		}
 		return
 	}
 

@@ -186,6 +186,13 @@ func (s *Server) maybeBootstrap() {
 	if len(alive) < expect {
 		return
 	}
+	if len(alive) > expect {
+		// Two servers that saw different subsets would bootstrap different
+		// clusters: refuse, and say so.
+		s.logger.Error("more servers than bootstrap_expect found; not bootstrapping",
+			"expect", expect, "found", len(alive))
+		return
+	}
 	sort.Slice(alive, func(i, j int) bool { return alive[i].ID < alive[j].ID })
 	if err := s.bootstrap(alive); err != nil {
 		s.logger.Error("bootstrap failed", "error", err)

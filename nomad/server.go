@@ -306,19 +306,28 @@ func (s *Server) acceptLoop() {
 			}
 			continue
 		}
-		s.trackConn(conn, true)
+		if !s.trackConn(conn, true) {
+			conn.Close()
+			return
+		}
 		go s.handleConn(conn, false)
 	}
 }
 
-func (s *Server) trackConn(c net.Conn, add bool) {
+// trackConn adds or removes c from the connections Shutdown closes. Adding
+// fails once shutdown has begun, so no connection outlives it.
+func (s *Server) trackConn(c net.Conn, add bool) bool {
 	s.connsMu.Lock()
 	defer s.connsMu.Unlock()
-	if add {
-		s.conns[c] = struct{}{}
-	} else {
+	if !add {
 		delete(s.conns, c)
+		return true
 	}
+	if s.shutdownCtx.Err() != nil {
+		return false
+	}
+	s.conns[c] = struct{}{}
+	return true
 }
 
 // handleConn reads the protocol byte and serves the connection. Inside a

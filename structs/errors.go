@@ -27,10 +27,15 @@ var (
 	ErrAmbiguousPrefix = errors.New("ambiguous id prefix")
 	// ErrInvalidRequest means the request failed validation.
 	ErrInvalidRequest = errors.New("invalid request")
+	// ErrOutcomeUnknown means the leader was lost while a write was in
+	// flight: it may or may not have been applied. Retryable by callers
+	// whose write is idempotent; never retried blindly by a server.
+	ErrOutcomeUnknown = errors.New("leadership lost with the write in flight; outcome unknown")
 )
 
+// knownErrors is searched in order, so more specific messages come first.
 var knownErrors = []error{
-	ErrNoLeader, ErrPermissionDenied, ErrUnknownNode, ErrUnknownMethod,
+	ErrOutcomeUnknown, ErrNoLeader, ErrPermissionDenied, ErrUnknownNode, ErrUnknownMethod,
 	ErrNotFound, ErrShutdown, ErrWrongRegion, ErrAmbiguousPrefix, ErrInvalidRequest,
 }
 
@@ -71,5 +76,5 @@ func FromRPCError(err error) error {
 // possibly against another server.
 func IsRetryable(err error) bool {
 	err = FromRPCError(err)
-	return errors.Is(err, ErrNoLeader) || errors.Is(err, ErrShutdown)
+	return errors.Is(err, ErrNoLeader) || errors.Is(err, ErrShutdown) || errors.Is(err, ErrOutcomeUnknown)
 }

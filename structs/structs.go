@@ -95,6 +95,21 @@ const (
 	MaxBlockingQueryWait     = 10 * time.Minute
 )
 
+// BlockingJitterFraction: a blocking query waits up to 1/16 longer than
+// asked, to spread the wake-ups of identical queries.
+const BlockingJitterFraction = 16
+
+// RPCCallTimeout is how long a caller waits for a reply to req: the time
+// the query may block, its jitter, and slack for the reply itself.
+func RPCCallTimeout(req any) time.Duration {
+	timeout := 30 * time.Second
+	if q, ok := req.(interface{ TimeToBlock() time.Duration }); ok {
+		ttb := q.TimeToBlock()
+		timeout += ttb + ttb/BlockingJitterFraction
+	}
+	return timeout
+}
+
 // TimeToBlock is how long the query may block: zero unless it waits for an
 // index past MinQueryIndex.
 func (q QueryOptions) TimeToBlock() time.Duration {
