@@ -64,6 +64,21 @@ func parseArgs(fs *flag.FlagSet, args []string) (positional []string, code int, 
 	}
 }
 
+// parseNoArgs is parseArgs for commands that take only flags: stray
+// arguments print usage and fail.
+func parseNoArgs(fs *flag.FlagSet, args []string, errOut io.Writer) (code int, ok bool) {
+	pos, code, ok := parseArgs(fs, args)
+	if !ok {
+		return code, false
+	}
+	if len(pos) > 0 {
+		fmt.Fprintln(errOut, "This command takes no arguments")
+		fs.Usage()
+		return 1, false
+	}
+	return 0, true
+}
+
 // printJSON writes v as indented JSON.
 func printJSON(out io.Writer, v any) error {
 	buf, err := json.MarshalIndent(v, "", "    ")

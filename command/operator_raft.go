@@ -24,14 +24,8 @@ const listPeersUsage = `Usage: roam operator raft list-peers [options]
 func runRaftListPeers(args []string, out, errOut io.Writer) int {
 	fs, f := newAPIFlagSet("operator raft list-peers", listPeersUsage, errOut)
 	stale := fs.Bool("stale", false, "let any server answer, not only the leader")
-	pos, code, ok := parseArgs(fs, args)
-	if !ok {
+	if code, ok := parseNoArgs(fs, args, errOut); !ok {
 		return code
-	}
-	if len(pos) > 0 {
-		fmt.Fprintln(errOut, "This command takes no arguments")
-		fs.Usage()
-		return 1
 	}
 	c, err := f.client()
 	if err != nil {

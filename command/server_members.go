@@ -24,14 +24,8 @@ const serverMembersUsage = `Usage: roam server members [options]
 func runServerMembers(args []string, out, errOut io.Writer) int {
 	fs, f := newAPIFlagSet("server members", serverMembersUsage, errOut)
 	detailed := fs.Bool("detailed", false, "also show each member's tags")
-	pos, code, ok := parseArgs(fs, args)
-	if !ok {
+	if code, ok := parseNoArgs(fs, args, errOut); !ok {
 		return code
-	}
-	if len(pos) > 0 {
-		fmt.Fprintln(errOut, "This command takes no arguments")
-		fs.Usage()
-		return 1
 	}
 	c, err := f.client()
 	if err != nil {

@@ -31,14 +31,8 @@ type clusterStatus struct {
 func runStatus(args []string, out, errOut io.Writer) int {
 	fs, f := newAPIFlagSet("status", statusUsage, errOut)
 	verbose := fs.Bool("verbose", false, "show full node IDs")
-	pos, code, ok := parseArgs(fs, args)
-	if !ok {
+	if code, ok := parseNoArgs(fs, args, errOut); !ok {
 		return code
-	}
-	if len(pos) > 0 {
-		fmt.Fprintln(errOut, "This command takes no arguments")
-		fs.Usage()
-		return 1
 	}
 	c, err := f.client()
 	if err != nil {
