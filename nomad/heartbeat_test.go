@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"testing"
 	"time"
 
@@ -388,33 +387,6 @@ func TestHeartbeat_RegisterRejected(t *testing.T) {
 	must.Eq(t, "owner-renamed", got.Name)
 	must.Eq(t, before.CreateIndex, got.CreateIndex)
 	must.Eq(t, node.SecretID, got.SecretID)
-}
-
-// testClusterWith is testCluster with fn applied to every server's config.
-func testClusterWith(t *testing.T, n int, fn func(*Config)) []*Server {
-	t.Helper()
-	listeners := make([]net.Listener, n)
-	addrs := make([]string, n)
-	for i := range listeners {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		must.NoError(t, err)
-		listeners[i] = ln
-		addrs[i] = ln.Addr().String()
-	}
-	servers := make([]*Server, n)
-	for i := range servers {
-		servers[i] = testServer(t, func(c *Config) {
-			c.NodeName = c.NodeName + "-" + string(rune('a'+i))
-			c.Listener = listeners[i]
-			c.BootstrapExpect = n
-			c.RetryJoin = addrs
-			if fn != nil {
-				fn(c)
-			}
-		})
-	}
-	waitForLeader(t, servers...)
-	return servers
 }
 
 func TestHeartbeat_NewLeaderMarksSilentNodeDown(t *testing.T) {

@@ -27,6 +27,12 @@ func testServer(t *testing.T, fn func(*Config)) *Server {
 // through retry_join and bootstrap together.
 func testCluster(t *testing.T, n int) []*Server {
 	t.Helper()
+	return testClusterWith(t, n, nil)
+}
+
+// testClusterWith is testCluster with fn applied to every server's config.
+func testClusterWith(t *testing.T, n int, fn func(*Config)) []*Server {
+	t.Helper()
 	listeners := make([]net.Listener, n)
 	addrs := make([]string, n)
 	for i := range listeners {
@@ -42,6 +48,9 @@ func testCluster(t *testing.T, n int) []*Server {
 			c.Listener = listeners[i]
 			c.BootstrapExpect = n
 			c.RetryJoin = addrs
+			if fn != nil {
+				fn(c)
+			}
 		})
 	}
 	waitForLeader(t, servers...)
