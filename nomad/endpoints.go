@@ -7,6 +7,9 @@ func (s *Server) registerEndpoints() {
 		"Status":   &Status{srv: s},
 		"Node":     &Node{srv: s},
 		"Operator": &Operator{srv: s},
+		"Job":      &Job{srv: s},
+		"Alloc":    &Alloc{srv: s},
+		"Eval":     &Eval{srv: s},
 	} {
 		if err := s.rpcServer.RegisterName(name, svc); err != nil {
 			panic("nomad: register " + name + " endpoint: " + err.Error())

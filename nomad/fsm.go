@@ -30,9 +30,10 @@ const (
 type FSM struct {
 	logger hclog.Logger
 
-	// mu guards state, which a restore swaps.
+	// mu guards state, which a restore swaps, and hook.
 	mu    sync.RWMutex
 	state *state.StateStore
+	hook  ApplyHook
 }
 
 var _ raft.FSM = (*FSM)(nil)
@@ -65,31 +66,104 @@ func (f *FSM) Apply(l *raft.Log) any {
 		return nil
 	}
 	t := structs.MessageType(l.Data[0])
-	body := l.Data[1:]
-	st := f.State()
-	switch t {
-	case structs.NodeRegisterRequestType:
-		var req structs.NodeRegisterRequest
-		if err := structs.Decode(body, &req); err != nil {
-			return fmt.Errorf("fsm: decode %s: %w", t, err)
-		}
-		return st.UpsertNode(l.Index, req.Node)
-	case structs.NodeUpdateStatusRequestType:
-		var req structs.NodeUpdateStatusRequest
-		if err := structs.Decode(body, &req); err != nil {
-			return fmt.Errorf("fsm: decode %s: %w", t, err)
-		}
-		return st.UpdateNodeStatus(l.Index, req.NodeID, req.Status, req.UpdatedAt)
-	case structs.NodeDeregisterRequestType:
-		var req structs.NodeDeregisterRequest
-		if err := structs.Decode(body, &req); err != nil {
-			return fmt.Errorf("fsm: decode %s: %w", t, err)
-		}
-		return st.DeleteNodes(l.Index, req.NodeIDs)
-	default:
+	apply, ok := fsmAppliers[t]
+	if !ok {
 		f.logger.Error("unknown message type in raft log", "type", uint8(t), "index", l.Index)
 		return fmt.Errorf("%w %d at index %d", errUnknownMessage, t, l.Index)
 	}
+	evals, err := apply(f.State(), l.Index, l.Data[1:])
+	if err != nil {
+		return err
+	}
+	if hook := f.applyHook(); hook != nil {
+		hook(t, evals)
+	}
+	return nil
+}
+
+// ApplyHook is told, on every server, of each applied entry and the
+// evaluations it stored. The leader uses it to queue evaluations for its
+// workers and to unblock evaluations when capacity changes. It must not
+// block.
+type ApplyHook func(t structs.MessageType, evals []*structs.Evaluation)
+
+// SetApplyHook sets (or, with nil, clears) the hook.
+func (f *FSM) SetApplyHook(h ApplyHook) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.hook = h
+}
+
+func (f *FSM) applyHook() ApplyHook {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.hook
+}
+
+// fsmApplier decodes one entry's body and applies it at index, returning
+// the evaluations it stored.
+type fsmApplier func(st *state.StateStore, index uint64, body []byte) ([]*structs.Evaluation, error)
+
+// decodeApply wraps a typed apply function as an fsmApplier.
+func decodeApply[T any](t structs.MessageType, fn func(st *state.StateStore, index uint64, req *T) ([]*structs.Evaluation, error)) fsmApplier {
+	return func(st *state.StateStore, index uint64, body []byte) ([]*structs.Evaluation, error) {
+		req := new(T)
+		if err := structs.Decode(body, req); err != nil {
+			return nil, fmt.Errorf("fsm: decode %s: %w", t, err)
+		}
+		return fn(st, index, req)
+	}
+}
+
+var fsmAppliers = map[structs.MessageType]fsmApplier{
+	structs.NodeRegisterRequestType: decodeApply(structs.NodeRegisterRequestType,
+		func(st *state.StateStore, index uint64, req *structs.NodeRegisterRequest) ([]*structs.Evaluation, error) {
+			return req.Evals, st.UpsertNode(index, req.Node, req.Evals...)
+		}),
+	structs.NodeUpdateStatusRequestType: decodeApply(structs.NodeUpdateStatusRequestType,
+		func(st *state.StateStore, index uint64, req *structs.NodeUpdateStatusRequest) ([]*structs.Evaluation, error) {
+			return req.Evals, st.UpdateNodeStatus(index, req.NodeID, req.Status, req.UpdatedAt, req.Evals...)
+		}),
+	structs.NodeDeregisterRequestType: decodeApply(structs.NodeDeregisterRequestType,
+		func(st *state.StateStore, index uint64, req *structs.NodeDeregisterRequest) ([]*structs.Evaluation, error) {
+			return nil, st.DeleteNodes(index, req.NodeIDs)
+		}),
+	structs.JobRegisterRequestType: decodeApply(structs.JobRegisterRequestType,
+		func(st *state.StateStore, index uint64, req *structs.JobRegisterRequest) ([]*structs.Evaluation, error) {
+			return []*structs.Evaluation{req.Eval}, st.RegisterJob(index, req.Job, req.Eval)
+		}),
+	structs.JobDeregisterRequestType: decodeApply(structs.JobDeregisterRequestType,
+		func(st *state.StateStore, index uint64, req *structs.JobDeregisterRequest) ([]*structs.Evaluation, error) {
+			ns := structs.DefaultNamespace
+			if req.Eval != nil {
+				ns = req.Eval.Namespace
+			}
+			return []*structs.Evaluation{req.Eval}, st.DeregisterJob(index, ns, req.JobID, req.Purge, req.Eval)
+		}),
+	structs.EvalUpdateRequestType: decodeApply(structs.EvalUpdateRequestType,
+		func(st *state.StateStore, index uint64, req *structs.EvalUpdateRequest) ([]*structs.Evaluation, error) {
+			return req.Evals, st.UpsertEvals(index, req.Evals)
+		}),
+	structs.AllocClientUpdateRequestType: decodeApply(structs.AllocClientUpdateRequestType,
+		func(st *state.StateStore, index uint64, req *structs.AllocUpdateRequest) ([]*structs.Evaluation, error) {
+			return req.Evals, st.UpdateAllocsFromClientWithEvals(index, req.Alloc, req.Evals)
+		}),
+	structs.ApplyPlanResultsRequestType: decodeApply(structs.ApplyPlanResultsRequestType,
+		func(st *state.StateStore, index uint64, req *structs.ApplyPlanResultsRequest) ([]*structs.Evaluation, error) {
+			return req.Evals, st.ApplyPlanResults(index, req.AllocsStopped, req.AllocsPlaced, req.Evals)
+		}),
+	structs.AllocUpdateDesiredTransitionRequestType: decodeApply(structs.AllocUpdateDesiredTransitionRequestType,
+		func(st *state.StateStore, index uint64, req *structs.AllocUpdateDesiredTransitionRequest) ([]*structs.Evaluation, error) {
+			return req.Evals, st.UpdateAllocDesiredTransitions(index, req.Allocs, req.Evals)
+		}),
+	structs.NodeUpdateDrainRequestType: decodeApply(structs.NodeUpdateDrainRequestType,
+		func(st *state.StateStore, index uint64, req *structs.NodeUpdateDrainRequest) ([]*structs.Evaluation, error) {
+			return req.Evals, st.UpdateNodeDrain(index, req.NodeID, req.DrainStrategy, req.MarkEligible, req.UpdatedAt, req.Evals)
+		}),
+	structs.NodeUpdateEligibilityRequestType: decodeApply(structs.NodeUpdateEligibilityRequestType,
+		func(st *state.StateStore, index uint64, req *structs.NodeUpdateEligibilityRequest) ([]*structs.Evaluation, error) {
+			return req.Evals, st.UpdateNodeEligibility(index, req.NodeID, req.Eligibility, req.UpdatedAt, req.Evals)
+		}),
 }
 
 // Snapshot captures the store as it is now; Persist streams it later

@@ -156,10 +156,15 @@ func (s *Server) markNodeDown(nodeID string) {
 	if err != nil || node == nil || node.Status == structs.NodeStatusDown || s.heartbeats.armed(nodeID) {
 		return
 	}
+	evals, err := s.evalsForNode(nodeID, structs.EvalTriggerNodeUpdate)
+	if err != nil {
+		s.logger.Error("failed to build evaluations for a down node", "node_id", nodeID, "error", err)
+	}
 	req := structs.NodeUpdateStatusRequest{
 		NodeID:    nodeID,
 		Status:    structs.NodeStatusDown,
 		UpdatedAt: time.Now().Unix(),
+		Evals:     evals,
 	}
 	if _, _, err := s.raftApply(structs.NodeUpdateStatusRequestType, &req); err != nil {
 		s.logger.Error("failed to mark node down", "node_id", nodeID, "error", err)

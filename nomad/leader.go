@@ -64,6 +64,22 @@ func (s *Server) establishLeadership() {
 	if err := s.heartbeats.start(ctx, &s.leaderWG); err != nil {
 		s.logger.Error("failed to arm heartbeat timers", "error", err)
 	}
+	s.broker.setEnabled(true)
+	if err := s.restoreEvals(); err != nil {
+		s.logger.Error("failed to queue pending evaluations", "error", err)
+	}
+	for range schedulerWorkers {
+		s.leaderWG.Add(1)
+		go func() {
+			defer s.leaderWG.Done()
+			s.runWorker(ctx)
+		}()
+	}
+	s.leaderWG.Add(1)
+	go func() {
+		defer s.leaderWG.Done()
+		s.runDrainer(ctx)
+	}()
 	s.leaderWG.Add(1)
 	go func() {
 		defer s.leaderWG.Done()
@@ -84,6 +100,7 @@ func (s *Server) revokeLeadership() {
 	s.leaderCancel = nil
 	s.leaderWG.Wait()
 	s.heartbeats.stop()
+	s.broker.setEnabled(false)
 }
 
 // reconcileLoop keeps the Raft configuration in step with the servers that

@@ -48,6 +48,13 @@ func (n *Node) Register(args *structs.NodeRegisterRequest, reply *structs.NodeUp
 	}
 	node.StatusUpdatedAt = time.Now().Unix()
 	req := structs.NodeRegisterRequest{Node: node, WriteRequest: args.WriteRequest}
+	if node.Status == structs.NodeStatusReady && (existing == nil || existing.Status != structs.NodeStatusReady) {
+		// A node that comes up may take system jobs and blocked work, and
+		// its own allocations need re-evaluating after it was down.
+		if req.Evals, err = n.srv.evalsForNode(node.ID, structs.EvalTriggerNodeUpdate); err != nil {
+			return err
+		}
+	}
 	_, index, err := n.srv.raftApply(structs.NodeRegisterRequestType, &req)
 	if err != nil {
 		return err
@@ -91,6 +98,11 @@ func (n *Node) UpdateStatus(args *structs.NodeUpdateStatusRequest, reply *struct
 			Status:       args.Status,
 			UpdatedAt:    time.Now().Unix(),
 			WriteRequest: args.WriteRequest,
+		}
+		if args.Status == structs.NodeStatusReady || args.Status == structs.NodeStatusDown {
+			if req.Evals, err = n.srv.evalsForNode(args.NodeID, structs.EvalTriggerNodeUpdate); err != nil {
+				return err
+			}
 		}
 		_, index, err := n.srv.raftApply(structs.NodeUpdateStatusRequestType, &req)
 		if err != nil {

@@ -49,6 +49,10 @@ type Server struct {
 
 	members    *memberList
 	heartbeats *heartbeater
+	broker     *evalBroker
+	// planMu makes the leader apply one plan at a time, so each plan's
+	// re-check sees every earlier plan's placements.
+	planMu sync.Mutex
 
 	// leaderMu guards the leader's duties: their context is cancelled and
 	// their goroutines waited for when leadership is lost.
@@ -114,6 +118,7 @@ func NewServer(config *Config) (*Server, error) {
 	}
 	s.members = newMemberList(s.selfMember(), config.MemberFailAfter)
 	s.heartbeats = newHeartbeater(s)
+	s.broker = newEvalBroker()
 
 	fsm, err := NewFSM(config.Logger)
 	if err != nil {
@@ -121,6 +126,7 @@ func NewServer(config *Config) (*Server, error) {
 		return nil, err
 	}
 	s.fsm = fsm
+	fsm.SetApplyHook(s.onApply)
 	s.registerEndpoints()
 
 	if err := s.setupRaft(); err != nil {

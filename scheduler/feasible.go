@@ -320,3 +320,37 @@ func sortedAllocs(allocs []*structs.Allocation) []*structs.Allocation {
 func sortStable(list []*structs.Allocation, less func(a, b *structs.Allocation) bool) {
 	sort.SliceStable(list, func(i, j int) bool { return less(list[i], list[j]) })
 }
+
+// NodeFits is the plan applier's re-check, at apply time, that node can
+// still take placing: it must be ready, eligible and not draining, and its
+// non-terminal allocations, less those in stopping, plus placing, must fit
+// its capacity. It returns the reason when it cannot.
+func NodeFits(n *structs.Node, existing []*structs.Allocation, stopping map[string]bool, placing []*structs.Allocation) (bool, string) {
+	switch {
+	case n == nil:
+		return false, "node no longer exists"
+	case n.Status != structs.NodeStatusReady:
+		return false, FilterNotReady
+	case n.SchedulingEligibility != structs.NodeSchedulingEligible:
+		return false, FilterIneligible
+	case n.DrainStrategy != nil:
+		return false, FilterDraining
+	}
+	u := &nodeUsage{groups: make(map[string]int)}
+	u.capCPU, u.capMem = nodeCapacity(n)
+	for _, a := range existing {
+		if !a.TerminalStatus() && !stopping[a.ID] {
+			u.add(a)
+		}
+	}
+	for _, a := range placing {
+		u.add(a)
+	}
+	switch {
+	case u.usedCPU > u.capCPU:
+		return false, DimensionCPU
+	case u.usedMem > u.capMem:
+		return false, DimensionMemory
+	}
+	return true, ""
+}

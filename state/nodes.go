@@ -10,7 +10,7 @@ import (
 
 // UpsertNode registers or re-registers a node at index. A re-registration
 // keeps the node's CreateIndex and its scheduling eligibility.
-func (s *StateStore) UpsertNode(index uint64, node *structs.Node) error {
+func (s *StateStore) UpsertNode(index uint64, node *structs.Node, evals ...*structs.Evaluation) error {
 	txn := s.db.Txn(true)
 	defer txn.Abort()
 
@@ -39,34 +39,20 @@ func (s *StateStore) UpsertNode(index uint64, node *structs.Node) error {
 	if err := setIndexTxn(txn, TableNodes, index); err != nil {
 		return err
 	}
-	txn.Commit()
-	return nil
-}
-
-// UpdateNodeStatus sets a node's status at index.
-func (s *StateStore) UpdateNodeStatus(index uint64, nodeID, status string, updatedAt int64) error {
-	txn := s.db.Txn(true)
-	defer txn.Abort()
-
-	existing, err := txn.First(TableNodes, "id", nodeID)
-	if err != nil {
-		return fmt.Errorf("state: node lookup: %w", err)
-	}
-	if existing == nil {
-		return fmt.Errorf("%w: %s", structs.ErrUnknownNode, nodeID)
-	}
-	n := existing.(*structs.Node).Copy()
-	n.Status = status
-	n.StatusUpdatedAt = updatedAt
-	n.ModifyIndex = index
-	if err := txn.Insert(TableNodes, n); err != nil {
-		return fmt.Errorf("state: node insert: %w", err)
-	}
-	if err := setIndexTxn(txn, TableNodes, index); err != nil {
+	if err := upsertEvalsTxn(txn, index, evals); err != nil {
 		return err
 	}
 	txn.Commit()
 	return nil
+}
+
+// UpdateNodeStatus sets a node's status at index, with the evaluations
+// the change triggers (nil for none).
+func (s *StateStore) UpdateNodeStatus(index uint64, nodeID, status string, updatedAt int64, evals ...*structs.Evaluation) error {
+	return s.updateNode(index, nodeID, evals, func(n *structs.Node) {
+		n.Status = status
+		n.StatusUpdatedAt = updatedAt
+	})
 }
 
 // DeleteNodes removes nodes at index. Unknown IDs are an error and nothing

@@ -108,6 +108,9 @@ func (s *StateStore) UpsertEvals(index uint64, evals []*structs.Evaluation) erro
 }
 
 func upsertEvalsTxn(txn *memdb.Txn, index uint64, evals []*structs.Evaluation) error {
+	if len(evals) == 0 {
+		return nil
+	}
 	for _, e := range evals {
 		c := e.Copy()
 		existing, err := txn.First(TableEvals, "id", c.ID)
@@ -200,8 +203,10 @@ func upsertAllocsTxn(txn *memdb.Txn, index uint64, allocs []*structs.Allocation)
 // description and task states. Unknown allocations are an error and
 // nothing is written.
 func (s *StateStore) UpdateAllocsFromClient(index uint64, updates []*structs.Allocation) error {
-	txn := s.db.Txn(true)
-	defer txn.Abort()
+	return s.UpdateAllocsFromClientWithEvals(index, updates, nil)
+}
+
+func updateAllocsFromClientTxn(txn *memdb.Txn, index uint64, updates []*structs.Allocation) error {
 	for _, u := range updates {
 		existing, err := txn.First(TableAllocs, "id", u.ID)
 		if err != nil {
@@ -222,11 +227,7 @@ func (s *StateStore) UpdateAllocsFromClient(index uint64, updates []*structs.All
 			return fmt.Errorf("state: alloc insert: %w", err)
 		}
 	}
-	if err := setIndexTxn(txn, TableAllocs, index); err != nil {
-		return err
-	}
-	txn.Commit()
-	return nil
+	return setIndexTxn(txn, TableAllocs, index)
 }
 
 // AllocByID returns the allocation or nil.

@@ -211,6 +211,8 @@ type DrainStrategy struct {
 // NodeRegisterRequest registers or re-registers a node.
 type NodeRegisterRequest struct {
 	Node *Node
+	// Evals are created by the server (system jobs for a ready node).
+	Evals []*Evaluation
 	WriteRequest
 }
 
@@ -219,6 +221,9 @@ type NodeUpdateStatusRequest struct {
 	NodeID    string
 	Status    string
 	UpdatedAt int64
+	// Evals are created by the server: a node going down or coming back
+	// re-evaluates the jobs it affects.
+	Evals []*Evaluation
 	WriteRequest
 }
 

@@ -15,6 +15,14 @@ const (
 	NodeRegisterRequestType MessageType = iota
 	NodeDeregisterRequestType
 	NodeUpdateStatusRequestType
+	JobRegisterRequestType
+	JobDeregisterRequestType
+	EvalUpdateRequestType
+	AllocClientUpdateRequestType
+	ApplyPlanResultsRequestType
+	AllocUpdateDesiredTransitionRequestType
+	NodeUpdateDrainRequestType
+	NodeUpdateEligibilityRequestType
 )
 
 // String names the message type for logs and errors.
@@ -26,6 +34,22 @@ func (t MessageType) String() string {
 		return "NodeDeregister"
 	case NodeUpdateStatusRequestType:
 		return "NodeUpdateStatus"
+	case JobRegisterRequestType:
+		return "JobRegister"
+	case JobDeregisterRequestType:
+		return "JobDeregister"
+	case EvalUpdateRequestType:
+		return "EvalUpdate"
+	case AllocClientUpdateRequestType:
+		return "AllocClientUpdate"
+	case ApplyPlanResultsRequestType:
+		return "ApplyPlanResults"
+	case AllocUpdateDesiredTransitionRequestType:
+		return "AllocUpdateDesiredTransition"
+	case NodeUpdateDrainRequestType:
+		return "NodeUpdateDrain"
+	case NodeUpdateEligibilityRequestType:
+		return "NodeUpdateEligibility"
 	default:
 		return "Unknown"
 	}

@@ -1,0 +1,237 @@
+package nomad
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	metrics "github.com/hashicorp/go-metrics"
+	"github.com/roamhq/roam/scheduler"
+	"github.com/roamhq/roam/state"
+	"github.com/roamhq/roam/structs"
+)
+
+// schedulerWorkers is how many evaluations the leader processes at once
+// (for different jobs; one job's evaluations run one at a time).
+const schedulerWorkers = 2
+
+// runWorker processes evaluations until ctx ends.
+func (s *Server) runWorker(ctx context.Context) {
+	for {
+		eval, err := s.broker.dequeue(ctx)
+		if err != nil {
+			return
+		}
+		start := time.Now()
+		if err := s.processEval(eval); err != nil {
+			s.logger.Error("evaluation failed", "eval_id", eval.ID, "job_id", eval.JobID, "error", err)
+		}
+		metrics.MeasureSince([]string{"worker", "eval"}, start)
+		s.broker.ack(eval)
+	}
+}
+
+// snapshotState adapts a state snapshot to what the scheduler reads.
+type snapshotState struct{ snap *state.StateSnapshot }
+
+var _ scheduler.State = snapshotState{}
+
+func (st snapshotState) Nodes() ([]*structs.Node, error) { return st.snap.Nodes(nil) }
+func (st snapshotState) NodeByID(id string) (*structs.Node, error) {
+	return st.snap.NodeByID(nil, id)
+}
+func (st snapshotState) AllocsByJob(ns, id string) ([]*structs.Allocation, error) {
+	return st.snap.AllocsByJob(nil, ns, id)
+}
+func (st snapshotState) AllocsByNode(id string) ([]*structs.Allocation, error) {
+	return st.snap.AllocsByNode(nil, id)
+}
+func (st snapshotState) JobByID(ns, id string) (*structs.Job, error) {
+	return st.snap.JobByID(nil, ns, id)
+}
+
+// processEval schedules one evaluation and commits its plan.
+func (s *Server) processEval(eval *structs.Evaluation) error {
+	snap := s.State().Snapshot()
+	plan, result, err := scheduler.Process(snapshotState{snap}, eval, scheduler.Options{
+		Now:   time.Now(),
+		NewID: uuid.NewString,
+	})
+	now := time.Now().UnixNano()
+	done := eval.Copy()
+	done.ModifyTime = now
+	if err != nil {
+		done.Status = structs.EvalStatusFailed
+		done.StatusDescription = err.Error()
+		_, _, aerr := s.raftApply(structs.EvalUpdateRequestType, &structs.EvalUpdateRequest{Evals: []*structs.Evaluation{done}})
+		return errors.Join(err, aerr)
+	}
+
+	// Only the leader applies plans, one at a time, so the re-check below
+	// sees every earlier plan's placements.
+	s.planMu.Lock()
+	defer s.planMu.Unlock()
+	req, rejected := s.checkPlan(plan)
+
+	done.Status = structs.EvalStatusComplete
+	done.QueuedAllocations = result.QueuedAllocations
+	done.FailedTGAllocs = result.FailedTGAllocs
+	if result.Blocked {
+		done.Status = structs.EvalStatusBlocked
+		done.StatusDescription = "some placements found no node; waiting for capacity"
+	}
+	req.Evals = append(req.Evals, done)
+	if f := result.FollowupEval; f != nil {
+		f.CreateTime, f.ModifyTime = now, now
+		req.Evals = append(req.Evals, f)
+	}
+	if rejected > 0 {
+		// The cluster changed under the scheduler: evaluate again.
+		req.Evals = append(req.Evals, s.newEval(eval.Namespace, eval.JobID, eval.Type, eval.Priority, structs.EvalTriggerQueuedAllocs, ""))
+	}
+	if _, _, err := s.raftApply(structs.ApplyPlanResultsRequestType, req); err != nil {
+		return fmt.Errorf("apply plan: %w", err)
+	}
+	if done.Status == structs.EvalStatusBlocked {
+		s.broker.block(done)
+	}
+	if len(req.AllocsStopped) > 0 {
+		// Stops free capacity for other jobs' blocked evaluations; not for
+		// this job's own, which just saw them and would loop.
+		s.broker.unblock(keyOf(eval))
+	}
+	return nil
+}
+
+// checkPlan re-checks, against the current state, that each node can still
+// take what the plan places on it, and drops the placements of nodes that
+// cannot. Updates of existing allocations (a failed alloc's NextAllocation)
+// always pass: they hold no resources.
+func (s *Server) checkPlan(plan *structs.Plan) (*structs.ApplyPlanResultsRequest, int) {
+	store := s.State()
+	req := &structs.ApplyPlanResultsRequest{}
+	stopping := make(map[string]bool)
+	for _, allocs := range plan.NodeUpdate {
+		for _, a := range allocs {
+			stopping[a.ID] = true
+			req.AllocsStopped = append(req.AllocsStopped, a)
+		}
+	}
+	rejected := 0
+	for nodeID, allocs := range plan.NodeAllocation {
+		var placing, updating []*structs.Allocation
+		for _, a := range allocs {
+			if existing, _ := store.AllocByID(nil, a.ID); existing != nil {
+				updating = append(updating, a)
+			} else {
+				placing = append(placing, a)
+			}
+		}
+		req.AllocsPlaced = append(req.AllocsPlaced, updating...)
+		if len(placing) == 0 {
+			continue
+		}
+		node, err := store.NodeByID(nil, nodeID)
+		var onNode []*structs.Allocation
+		if err == nil {
+			onNode, err = store.AllocsByNode(nil, nodeID)
+		}
+		ok, reason := false, "state read failed"
+		if err == nil {
+			ok, reason = scheduler.NodeFits(node, onNode, stopping, placing)
+		}
+		if !ok {
+			s.logger.Warn("plan placements rejected at apply time", "node_id", nodeID, "reason", reason, "allocs", len(placing))
+			rejected += len(placing)
+			continue
+		}
+		req.AllocsPlaced = append(req.AllocsPlaced, placing...)
+	}
+	return req, rejected
+}
+
+// newEval builds a pending evaluation for a job.
+func (s *Server) newEval(namespace, jobID, jobType string, priority int, trigger, nodeID string) *structs.Evaluation {
+	now := time.Now().UnixNano()
+	return &structs.Evaluation{
+		ID:          uuid.NewString(),
+		Namespace:   namespace,
+		Priority:    priority,
+		Type:        jobType,
+		TriggeredBy: trigger,
+		JobID:       jobID,
+		NodeID:      nodeID,
+		Status:      structs.EvalStatusPending,
+		CreateTime:  now,
+		ModifyTime:  now,
+	}
+}
+
+// evalsForJob builds an evaluation for job.
+func (s *Server) evalForJob(job *structs.Job, trigger, nodeID string) *structs.Evaluation {
+	return s.newEval(job.Namespace, job.ID, job.Type, job.Priority, trigger, nodeID)
+}
+
+// evalsForNode builds one evaluation per job with a live allocation on the
+// node, plus one per system job (which may need to place there).
+func (s *Server) evalsForNode(nodeID, trigger string) ([]*structs.Evaluation, error) {
+	store := s.State()
+	allocs, err := store.AllocsByNode(nil, nodeID)
+	if err != nil {
+		return nil, err
+	}
+	seen := make(map[jobKey]bool)
+	var evals []*structs.Evaluation
+	add := func(job *structs.Job) {
+		k := jobKey{job.Namespace, job.ID}
+		if !seen[k] {
+			seen[k] = true
+			evals = append(evals, s.evalForJob(job, trigger, nodeID))
+		}
+	}
+	for _, a := range allocs {
+		if a.TerminalStatus() {
+			continue
+		}
+		if job, _ := store.JobByID(nil, a.Namespace, a.JobID); job != nil {
+			add(job)
+		} else if a.Job != nil {
+			add(a.Job)
+		}
+	}
+	jobs, err := store.Jobs(nil, structs.DefaultNamespace, "")
+	if err != nil {
+		return nil, err
+	}
+	for _, j := range jobs {
+		if j.Type == structs.JobTypeSystem && !j.Stop {
+			add(j)
+		}
+	}
+	return evals, nil
+}
+
+// onApply is the FSM's hook: on the leader it queues new evaluations and,
+// when capacity may have grown, unblocks blocked ones.
+func (s *Server) onApply(t structs.MessageType, evals []*structs.Evaluation) {
+	s.broker.enqueue(evals...)
+	switch t {
+	case structs.NodeRegisterRequestType, structs.NodeUpdateStatusRequestType,
+		structs.NodeUpdateEligibilityRequestType, structs.NodeUpdateDrainRequestType,
+		structs.AllocClientUpdateRequestType:
+		s.broker.unblock()
+	}
+}
+
+// restoreEvals queues every pending or blocked evaluation in state; run
+// when gaining leadership.
+func (s *Server) restoreEvals() error {
+	evals, err := s.State().Evals(nil, "")
+	if err != nil {
+		return err
+	}
+	s.broker.enqueue(evals...)
+	return nil
+}
