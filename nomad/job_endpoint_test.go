@@ -285,3 +285,61 @@ func TestNode_DownNodeAllocsReplaced(t *testing.T) {
 	must.NoError(t, err)
 	must.Eq(t, structs.AllocClientStatusLost, old.ClientStatus)
 }
+
+func TestJob_FailedAllocRescheduled(t *testing.T) {
+	s := testServer(t, withLongHeartbeats)
+	waitForLeaderDuties(t, s)
+	n1, n2 := workNode("n1"), workNode("n2")
+	registerNodeRetry(t, s, n1)
+	registerNodeRetry(t, s, n2)
+	job := serviceJob("flaky", 1)
+	job.TaskGroups[0].ReschedulePolicy = &structs.ReschedulePolicy{
+		Attempts: 1, Interval: time.Hour, Delay: 50 * time.Millisecond, DelayFunction: structs.DelayFunctionConstant,
+	}
+	registerJob(t, s, job)
+	first := waitAllocs(t, s, "flaky", countIs(1))[0]
+	nodes := map[string]*structs.Node{n1.ID: n1, n2.ID: n2}
+
+	// The first failure is replaced after the delay, on the other node.
+	reportStatus(t, s, nodes[first.NodeID], structs.AllocClientStatusFailed, first)
+	second := waitAllocs(t, s, "flaky", func(live []*structs.Allocation) error {
+		for _, a := range live {
+			if a.ID != first.ID {
+				return nil
+			}
+		}
+		evals, _ := s.State().EvalsByJob(nil, structs.DefaultNamespace, "flaky")
+		var st []string
+		for _, e := range evals {
+			st = append(st, fmt.Sprintf("%s:%s:%s:%v", e.TriggeredBy, e.Status, e.StatusDescription, e.WaitUntil))
+		}
+		return fmt.Errorf("no replacement yet: %v", st)
+	})[0]
+	if second.ID == first.ID {
+		second = waitAllocs(t, s, "flaky", countIs(1))[0]
+	}
+	must.Eq(t, first.ID, second.PreviousAllocation)
+	must.NotEq(t, first.NodeID, second.NodeID)
+	must.Len(t, 1, second.RescheduleTracker.Events)
+
+	// The second failure exhausts the attempts: nothing replaces it.
+	reportStatus(t, s, nodes[second.NodeID], structs.AllocClientStatusFailed, second)
+	must.Wait(t, wait.InitialSuccess(wait.ErrorFunc(func() error {
+		evals, err := s.State().EvalsByJob(nil, structs.DefaultNamespace, "flaky")
+		if err != nil {
+			return err
+		}
+		for _, e := range evals {
+			if !e.TerminalStatus() {
+				return fmt.Errorf("eval %s still %s", e.ID, e.Status)
+			}
+		}
+		return nil
+	}), wait.Timeout(5*time.Second), wait.Gap(20*time.Millisecond)))
+	all, err := s.State().AllocsByJob(nil, structs.DefaultNamespace, "flaky")
+	must.NoError(t, err)
+	must.Len(t, 2, all)
+	var got structs.SingleJobResponse
+	must.NoError(t, s.RPC("Job.GetJob", &structs.JobSpecificRequest{JobID: "flaky"}, &got))
+	must.Eq(t, structs.JobStatusDead, got.Job.Status)
+}

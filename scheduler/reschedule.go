@@ -172,6 +172,8 @@ func (p *planner) scheduleFollowup(a *structs.Allocation, at time.Time) {
 	}
 	c := a.Copy()
 	c.FollowupEvalID = p.followup.ID
-	c.ModifyTime = p.now
+	// ModifyTime is left alone: without task states it is the failure
+	// time (failTime), and moving it would push the reschedule back on
+	// every evaluation.
 	p.plan.AppendAlloc(c)
 }
