@@ -18,6 +18,7 @@ require (
 	github.com/prometheus/client_golang v1.24.1
 	github.com/shoenig/test v1.13.2
 	github.com/zclconf/go-cty v1.19.0
+	go.etcd.io/bbolt v1.3.6
 	golang.org/x/sys v0.48.0
 	google.golang.org/grpc v1.85.0
 	google.golang.org/protobuf v1.36.12
@@ -57,7 +58,6 @@ require (
 	github.com/prometheus/client_model v0.6.3 // indirect
 	github.com/prometheus/common v0.71.0 // indirect
 	github.com/prometheus/procfs v0.21.1 // indirect
-	go.etcd.io/bbolt v1.3.6 // indirect
 	go.uber.org/mock v0.6.0 // indirect
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
 	golang.org/x/exp v0.0.0-20220827204233-334a2380cb91 // indirect

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/roamhq/roam/client/driver/rawexec"
 	"github.com/roamhq/roam/structs"
 )
 
@@ -38,6 +39,10 @@ type Client struct {
 	registeredCh   chan struct{}
 	registeredOnce sync.Once
 
+	// db is the local state DB; allocs runs the node's allocations.
+	db     *stateDB
+	allocs *allocManager
+
 	shutdownCtx    context.Context
 	shutdownCancel context.CancelFunc
 	shutdownOnce   sync.Once
@@ -58,6 +63,15 @@ func NewClient(config *Config) (*Client, error) {
 	if config.NodeName == "" {
 		config.NodeName = id.NodeID[:8]
 	}
+	db, err := openStateDB(config.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	driver, err := rawexec.New(rawexec.Config{ExecutorPath: config.ExecutorPath, Logger: config.Logger.Named("client")})
+	if err != nil {
+		db.close()
+		return nil, fmt.Errorf("client: raw_exec driver: %w", err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &Client{
 		config:         config,
@@ -67,7 +81,25 @@ func NewClient(config *Config) (*Client, error) {
 		registeredCh:   make(chan struct{}),
 		shutdownCtx:    ctx,
 		shutdownCancel: cancel,
+		db:             db,
 	}
+	c.allocs = newAllocManager(allocManagerConfig{
+		NodeID:          id.NodeID,
+		DataDir:         config.DataDir,
+		RPC:             c,
+		DB:              db,
+		Driver:          driver,
+		VolumeHook:      config.VolumeHook,
+		Logger:          c.logger,
+		Registered:      c.registeredCh,
+		MaxQueryTime:    structs.DefaultBlockingQueryWait,
+		UpdateInterval:  allocUpdateInterval,
+		MinRetryBackoff: config.MinRetryBackoff,
+		MaxRetryBackoff: config.MaxRetryBackoff,
+	})
+	// Restore first: tasks that survived a restart are re-attached before
+	// the servers are asked anything.
+	c.allocs.start()
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
@@ -287,10 +319,15 @@ func (c *Client) register(resp *structs.NodeUpdateResponse) error {
 	return nil
 }
 
-// Shutdown stops heartbeating and closes the server session. The node is
+// allocUpdateInterval is how often allocation status updates are batched
+// to the servers; a terminal status goes out at once.
+const allocUpdateInterval = 200 * time.Millisecond
+
+// Shutdown stops heartbeating, stops the alloc runners' goroutines and
+// closes the server session and the state DB. Tasks keep running: a
+// restarted client on the same data dir re-attaches to them. The node is
 // not deregistered: the servers mark it down when its TTL runs out, and a
-// restarted client on the same data dir comes back as the same node. Safe
-// to call twice.
+// restarted client comes back as the same node. Safe to call twice.
 func (c *Client) Shutdown(ctx context.Context) error {
 	var err error
 	c.shutdownOnce.Do(func() {
@@ -301,12 +338,21 @@ func (c *Client) Shutdown(ctx context.Context) error {
 			c.conn = nil
 		}
 		c.mu.Unlock()
+		if aerr := c.allocs.shutdown(ctx); aerr != nil {
+			err = fmt.Errorf("client shutdown: %w", aerr)
+			return
+		}
 		done := make(chan struct{})
 		go func() { c.wg.Wait(); close(done) }()
 		select {
 		case <-done:
 		case <-ctx.Done():
 			err = fmt.Errorf("client shutdown: %w", ctx.Err())
+			return
+		}
+		// Only once nothing can write to it any more.
+		if cerr := c.db.close(); cerr != nil {
+			err = fmt.Errorf("client shutdown: close state db: %w", cerr)
 		}
 	})
 	return err

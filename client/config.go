@@ -34,6 +34,14 @@ type Config struct {
 	// DialTimeout bounds one connection attempt.
 	DialTimeout time.Duration
 
+	// ExecutorPath is the binary the raw_exec driver runs as
+	// `<path> executor <spec>` to supervise a task; empty means this
+	// process's own executable (the roam binary).
+	ExecutorPath string
+	// VolumeHook mounts group volumes before tasks start; nil means an
+	// allocation that requests volumes fails.
+	VolumeHook VolumeHook
+
 	Logger hclog.Logger
 }
 

@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/roamhq/roam/structs"
 )
@@ -63,6 +64,17 @@ func (c *Client) buildNode() *structs.Node {
 	for k, v := range c.config.Meta {
 		meta[k] = v
 	}
+	// raw_exec needs nothing but the executor, which is this binary.
+	attrs["driver."+rawExecDriver] = "1"
+	drivers := map[string]*structs.DriverInfo{
+		rawExecDriver: {
+			Attributes:        map[string]string{"driver." + rawExecDriver: "1"},
+			Detected:          true,
+			Healthy:           true,
+			HealthDescription: "Healthy",
+			UpdateTime:        time.Now(),
+		},
+	}
 	return &structs.Node{
 		ID:                   c.id.NodeID,
 		SecretID:             c.id.SecretID,
@@ -72,7 +84,7 @@ func (c *Client) buildNode() *structs.Node {
 		HTTPAddr:             c.config.HTTPAddr,
 		Attributes:           attrs,
 		Meta:                 meta,
-		Drivers:              map[string]*structs.DriverInfo{},
+		Drivers:              drivers,
 		CSIControllerPlugins: map[string]*structs.CSIInfo{},
 		CSINodePlugins:       map[string]*structs.CSIInfo{},
 		Status:               structs.NodeStatusReady,

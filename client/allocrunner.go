@@ -1,0 +1,463 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/roamhq/roam/client/driver/rawexec"
+	"github.com/roamhq/roam/structs"
+)
+
+// VolumeHook prepares a group's volumes on this node. The CSI volume
+// manager implements it; without one, an allocation whose group requests
+// volumes fails.
+type VolumeHook interface {
+	// Mount makes each of the group's volumes available before its tasks
+	// start, and returns the host path of each by volume name.
+	Mount(ctx context.Context, alloc *structs.Allocation, volumes map[string]*structs.VolumeRequest) (map[string]string, error)
+	// Unmount releases the allocation's volumes once its tasks are dead.
+	Unmount(ctx context.Context, alloc *structs.Allocation) error
+}
+
+// Allocation directory layout, under <DataDir>/alloc/<alloc ID>/:
+//
+//	alloc/                  shared by the group's tasks (ROAM_ALLOC_DIR)
+//	alloc/logs/<task>.stdout.0, <task>.stderr.0
+//	                        each task's output, appended across restarts
+//	<task>/                 the task's directory and working directory
+//	                        (ROAM_TASK_DIR); the driver keeps its files in
+//	                        <task>/.rawexec/
+//	<task>/local/           scratch space for the task
+const (
+	sharedDirName = "alloc"
+	logsDirName   = "logs"
+)
+
+// taskDirs are the paths of one task.
+type taskDirs struct {
+	SharedDir string
+	TaskDir   string
+	Stdout    string
+	Stderr    string
+}
+
+func allocDirPath(dataDir, allocID string) string {
+	return filepath.Join(dataDir, "alloc", allocID)
+}
+
+func newTaskDirs(allocDir, task string) taskDirs {
+	shared := filepath.Join(allocDir, sharedDirName)
+	return taskDirs{
+		SharedDir: shared,
+		TaskDir:   filepath.Join(allocDir, task),
+		Stdout:    filepath.Join(shared, logsDirName, task+".stdout.0"),
+		Stderr:    filepath.Join(shared, logsDirName, task+".stderr.0"),
+	}
+}
+
+// validTaskDirName rejects task names that would escape the alloc dir or
+// collide with the shared directory.
+func validTaskDirName(name string) error {
+	if name == "" || name == "." || name == ".." || name == sharedDirName || strings.ContainsAny(name, "/\x00") {
+		return fmt.Errorf("task name %q cannot be used as a directory name in the allocation", name)
+	}
+	return nil
+}
+
+// allocRunner runs one allocation's tasks and reports its status.
+type allocRunner struct {
+	id       string
+	allocDir string
+	db       *stateDB
+	hook     VolumeHook
+	logger   hclog.Logger
+	// report sends the allocation's client-side status to the servers.
+	report func(update *structs.Allocation, terminal bool)
+
+	tasks []*taskRunner
+	// setupErr fails the allocation before any task starts.
+	setupErr error
+
+	doneCh chan struct{}
+
+	// mu guards the fields below it.
+	mu    sync.Mutex
+	alloc *structs.Allocation
+	// stopReason is set when the servers stop the allocation while tasks
+	// still run.
+	stopReason string
+	// killedAll is set once every task has been told to die.
+	killedAll  bool
+	lastStatus string
+	lastDesc   string
+	destroy    bool
+	destroyed  bool
+	onDestroy  func()
+}
+
+// allocRunnerConfig is what a new alloc runner needs.
+type allocRunnerConfig struct {
+	alloc    *structs.Allocation
+	dataDir  string
+	driver   *rawexec.Driver
+	db       *stateDB
+	hook     VolumeHook
+	logger   hclog.Logger
+	report   func(*structs.Allocation, bool)
+	restored *restoredAlloc // nil for a new allocation
+}
+
+func newAllocRunner(cfg allocRunnerConfig) *allocRunner {
+	alloc := cfg.alloc
+	ar := &allocRunner{
+		id:       alloc.ID,
+		allocDir: allocDirPath(cfg.dataDir, alloc.ID),
+		db:       cfg.db,
+		hook:     cfg.hook,
+		logger:   cfg.logger.With("alloc_id", alloc.ID),
+		report:   cfg.report,
+		doneCh:   make(chan struct{}),
+		alloc:    alloc,
+	}
+	tg := (*structs.TaskGroup)(nil)
+	if alloc.Job != nil {
+		tg = alloc.Job.LookupTaskGroup(alloc.TaskGroup)
+	}
+	switch {
+	case alloc.Job == nil:
+		ar.setupErr = errors.New("allocation arrived without its job")
+	case tg == nil:
+		ar.setupErr = fmt.Errorf("job %q has no task group %q", alloc.JobID, alloc.TaskGroup)
+	case len(tg.Volumes) > 0 && cfg.hook == nil:
+		ar.setupErr = fmt.Errorf("group %q requests volumes, but this client has no volume support", tg.Name)
+	}
+	if tg == nil {
+		return ar
+	}
+	for _, task := range tg.Tasks {
+		if err := validTaskDirName(task.Name); err != nil && ar.setupErr == nil {
+			ar.setupErr = err
+		}
+		dirs := newTaskDirs(ar.allocDir, task.Name)
+		tr := &taskRunner{
+			allocID: alloc.ID,
+			task:    task,
+			policy:  tg.RestartPolicy,
+			jobType: alloc.Job.Type,
+			dirs:    dirs,
+			env:     taskEnv(alloc, task, dirs),
+			driver:  cfg.driver,
+			db:      cfg.db,
+			logger:  ar.logger.With("task", task.Name),
+			notify:  ar.taskStateChanged,
+			killCh:  make(chan struct{}),
+			doneCh:  make(chan struct{}),
+		}
+		if cfg.restored != nil && cfg.restored.Tasks[task.Name] != nil {
+			local := cfg.restored.Tasks[task.Name]
+			tr.state, tr.rt = local.State, local.Restart
+			tr.restored = cfg.restored.Handles[task.Name]
+		}
+		if tr.state == nil {
+			tr.state = &structs.TaskState{State: structs.TaskStatePending}
+			addEvent(tr.state, newEvent(structs.TaskEventReceived, "Task received by client"))
+		}
+		ar.tasks = append(ar.tasks, tr)
+	}
+	return ar
+}
+
+// Alloc returns the allocation as last received.
+func (ar *allocRunner) Alloc() *structs.Allocation {
+	ar.mu.Lock()
+	defer ar.mu.Unlock()
+	return ar.alloc
+}
+
+func (ar *allocRunner) lookupTask(name string) *taskRunner {
+	for _, tr := range ar.tasks {
+		if tr.task.Name == name {
+			return tr
+		}
+	}
+	return nil
+}
+
+// run prepares the allocation and runs its tasks until they are all dead
+// or ctx (the client's lifetime) ends. The tasks keep running after a
+// shutdown.
+func (ar *allocRunner) run(ctx context.Context) {
+	defer close(ar.doneCh)
+
+	err := ar.setupErr
+	if err == nil {
+		err = ar.prepare(ctx)
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			return
+		}
+		ar.logger.Error("allocation setup failed", "error", err)
+		for _, tr := range ar.tasks {
+			if tr.taskState().State != structs.TaskStateDead {
+				tr.setDead(true, newEvent(taskEventSetupFailure, err.Error()))
+			}
+			close(tr.doneCh)
+		}
+		ar.finish(ctx)
+		return
+	}
+
+	var wg sync.WaitGroup
+	for _, tr := range ar.tasks {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tr.run(ctx)
+		}()
+	}
+	// Report the restored or initial state even if no task changes.
+	ar.taskStateChanged()
+	wg.Wait()
+	if ctx.Err() != nil {
+		return
+	}
+	ar.finish(ctx)
+}
+
+// finish releases volumes and, if the servers forgot the allocation,
+// destroys it. Called once every task is dead.
+func (ar *allocRunner) finish(ctx context.Context) {
+	ar.taskStateChanged()
+	if ar.hook != nil && ar.needsVolumes() {
+		if err := ar.hook.Unmount(ctx, ar.Alloc()); err != nil {
+			ar.logger.Error("failed to unmount volumes", "error", err)
+		}
+	}
+	ar.mu.Lock()
+	destroy := ar.destroy
+	ar.mu.Unlock()
+	if destroy {
+		ar.destroyNow()
+	}
+}
+
+func (ar *allocRunner) needsVolumes() bool {
+	a := ar.Alloc()
+	if a.Job == nil {
+		return false
+	}
+	tg := a.Job.LookupTaskGroup(a.TaskGroup)
+	return tg != nil && len(tg.Volumes) > 0
+}
+
+// prepare builds the allocation directory and mounts volumes.
+func (ar *allocRunner) prepare(ctx context.Context) error {
+	shared := filepath.Join(ar.allocDir, sharedDirName)
+	for _, d := range []string{shared, filepath.Join(shared, logsDirName), filepath.Join(shared, "data"), filepath.Join(shared, "tmp")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return fmt.Errorf("create alloc dir: %w", err)
+		}
+	}
+	for _, tr := range ar.tasks {
+		if err := os.MkdirAll(filepath.Join(tr.dirs.TaskDir, "local"), 0o755); err != nil {
+			return fmt.Errorf("create task dir: %w", err)
+		}
+	}
+	if !ar.needsVolumes() {
+		return nil
+	}
+	alloc := ar.Alloc()
+	tg := alloc.Job.LookupTaskGroup(alloc.TaskGroup)
+	paths, err := ar.hook.Mount(ctx, alloc, tg.Volumes)
+	if err != nil {
+		return fmt.Errorf("mount volumes: %w", err)
+	}
+	// raw_exec has no isolation: a volume_mount becomes a symlink in the
+	// task dir at its destination.
+	for _, tr := range ar.tasks {
+		for _, vm := range tr.task.VolumeMounts {
+			src, ok := paths[vm.Volume]
+			if !ok {
+				return fmt.Errorf("task %q: volume %q was not mounted", tr.task.Name, vm.Volume)
+			}
+			dst := filepath.Join(tr.dirs.TaskDir, filepath.Clean("/"+vm.Destination))
+			if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+				return fmt.Errorf("task %q: volume_mount %q: %w", tr.task.Name, vm.Volume, err)
+			}
+			if err := os.Symlink(src, dst); err != nil && !errors.Is(err, os.ErrExist) {
+				return fmt.Errorf("task %q: volume_mount %q: %w", tr.task.Name, vm.Volume, err)
+			}
+		}
+	}
+	return nil
+}
+
+// update records a newer version of the allocation from the servers and
+// stops it if they want it stopped.
+func (ar *allocRunner) update(alloc *structs.Allocation) {
+	ar.mu.Lock()
+	ar.alloc = alloc
+	ar.mu.Unlock()
+	if err := ar.db.putAlloc(alloc); err != nil {
+		ar.logger.Error("failed to persist allocation", "error", err)
+	}
+	if alloc.DesiredStatus == structs.AllocDesiredStatusStop || alloc.DesiredStatus == structs.AllocDesiredStatusEvict {
+		ar.stop("stopped by server")
+	}
+}
+
+// stop kills every task without waiting.
+func (ar *allocRunner) stop(reason string) {
+	ar.mu.Lock()
+	if ar.stopReason == "" && !ar.allDeadLocked() {
+		ar.stopReason = reason
+	}
+	ar.mu.Unlock()
+	ar.killAll(reason)
+}
+
+func (ar *allocRunner) killAll(reason string) {
+	ar.mu.Lock()
+	if ar.killedAll {
+		ar.mu.Unlock()
+		return
+	}
+	ar.killedAll = true
+	ar.mu.Unlock()
+	ar.logger.Info("killing tasks", "reason", reason)
+	for _, tr := range ar.tasks {
+		tr.kill(reason)
+	}
+}
+
+func (ar *allocRunner) allDeadLocked() bool {
+	for _, tr := range ar.tasks {
+		if tr.taskState().State != structs.TaskStateDead {
+			return false
+		}
+	}
+	return true
+}
+
+// clientStatus derives the allocation's status from its tasks' states: any
+// failed task fails it; otherwise it is pending while any task is, running
+// while any task runs, and complete once all are dead.
+func clientStatus(states map[string]*structs.TaskState) (string, string) {
+	var failed, pending, running []string
+	for name, st := range states {
+		switch {
+		case st.State == structs.TaskStateDead && st.Failed:
+			failed = append(failed, name)
+		case st.State == structs.TaskStatePending:
+			pending = append(pending, name)
+		case st.State == structs.TaskStateRunning:
+			running = append(running, name)
+		}
+	}
+	switch {
+	case len(failed) > 0:
+		return structs.AllocClientStatusFailed, "Failed tasks"
+	case len(pending) > 0:
+		return structs.AllocClientStatusPending, "Tasks are pending"
+	case len(running) > 0:
+		return structs.AllocClientStatusRunning, "Tasks are running"
+	}
+	return structs.AllocClientStatusComplete, "All tasks have completed"
+}
+
+// taskStateChanged recomputes the allocation's status, kills the other
+// tasks when one fails, and reports a changed status to the servers.
+func (ar *allocRunner) taskStateChanged() {
+	states := make(map[string]*structs.TaskState, len(ar.tasks))
+	for _, tr := range ar.tasks {
+		states[tr.task.Name] = tr.taskState()
+	}
+	status, desc := clientStatus(states)
+
+	ar.mu.Lock()
+	if status == structs.AllocClientStatusComplete && ar.stopReason != "" {
+		desc = ar.stopReason
+	}
+	update := &structs.Allocation{
+		ID:                ar.id,
+		NodeID:            ar.alloc.NodeID,
+		ClientStatus:      status,
+		ClientDescription: desc,
+		TaskStates:        states,
+		ModifyTime:        time.Now().UnixNano(),
+	}
+	ar.lastStatus, ar.lastDesc = status, desc
+	ar.mu.Unlock()
+
+	if status == structs.AllocClientStatusFailed {
+		ar.killAll("another task in the group failed")
+	}
+	terminal := status == structs.AllocClientStatusComplete || status == structs.AllocClientStatusFailed
+	ar.report(update, terminal)
+}
+
+// status returns the allocation's last computed client status.
+func (ar *allocRunner) status() (string, string) {
+	ar.mu.Lock()
+	defer ar.mu.Unlock()
+	return ar.lastStatus, ar.lastDesc
+}
+
+// isDone reports whether run has returned.
+func (ar *allocRunner) isDone() bool {
+	select {
+	case <-ar.doneCh:
+		return true
+	default:
+		return false
+	}
+}
+
+// markDestroy asks that the allocation be removed (state and directory)
+// once its tasks are dead, killing them first. onDestroy runs after.
+func (ar *allocRunner) markDestroy(onDestroy func()) {
+	ar.mu.Lock()
+	ar.destroy = true
+	ar.onDestroy = onDestroy
+	ar.mu.Unlock()
+	ar.stop("allocation removed by server")
+	if ar.isDone() && ar.allDead() {
+		ar.destroyNow()
+	}
+}
+
+func (ar *allocRunner) allDead() bool {
+	ar.mu.Lock()
+	defer ar.mu.Unlock()
+	return ar.allDeadLocked()
+}
+
+func (ar *allocRunner) destroyNow() {
+	ar.mu.Lock()
+	if ar.destroyed {
+		ar.mu.Unlock()
+		return
+	}
+	ar.destroyed = true
+	onDestroy := ar.onDestroy
+	ar.mu.Unlock()
+	if err := ar.db.deleteAlloc(ar.id); err != nil {
+		ar.logger.Error("failed to forget allocation", "error", err)
+	}
+	if err := os.RemoveAll(ar.allocDir); err != nil {
+		ar.logger.Error("failed to remove allocation directory", "error", err)
+	}
+	ar.logger.Info("allocation garbage collected")
+	if onDestroy != nil {
+		onDestroy()
+	}
+}

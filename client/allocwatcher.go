@@ -1,0 +1,245 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/roamhq/roam/client/driver/rawexec"
+	"github.com/roamhq/roam/structs"
+)
+
+// rpcer is the one thing the allocation machinery needs from the client: a
+// call to the servers on the node's behalf. Client implements it; tests use
+// an in-memory fake.
+type rpcer interface {
+	RPC(method string, args, reply any) error
+}
+
+var _ rpcer = (*Client)(nil)
+
+// allocManagerConfig is what an allocManager needs.
+type allocManagerConfig struct {
+	NodeID  string
+	DataDir string
+	RPC     rpcer
+	DB      *stateDB
+	Driver  *rawexec.Driver
+	// VolumeHook mounts group volumes; nil means volumes are unsupported.
+	VolumeHook VolumeHook
+	Logger     hclog.Logger
+	// Registered is closed once the node is registered; the watcher waits
+	// for it before its first query.
+	Registered <-chan struct{}
+	// MaxQueryTime bounds each blocking Node.GetClientAllocs.
+	MaxQueryTime time.Duration
+	// UpdateInterval is how often status updates are batched to the servers.
+	UpdateInterval time.Duration
+	// MinRetryBackoff and MaxRetryBackoff bound the waits after a failed
+	// query.
+	MinRetryBackoff time.Duration
+	MaxRetryBackoff time.Duration
+}
+
+// allocManager owns the node's alloc runners: it restores them from the
+// state DB on start, then keeps them in line with the servers' view of the
+// node's allocations.
+type allocManager struct {
+	cfg     allocManagerConfig
+	logger  hclog.Logger
+	updater *allocUpdater
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	// mu guards runners.
+	mu      sync.Mutex
+	runners map[string]*allocRunner
+
+	shutdownOnce sync.Once
+	shutdownErr  error
+}
+
+func newAllocManager(cfg allocManagerConfig) *allocManager {
+	ctx, cancel := context.WithCancel(context.Background())
+	m := &allocManager{
+		cfg:     cfg,
+		logger:  cfg.Logger.Named("allocs"),
+		ctx:     ctx,
+		cancel:  cancel,
+		runners: make(map[string]*allocRunner),
+	}
+	m.updater = newAllocUpdater(cfg.RPC, cfg.UpdateInterval, m.logger)
+	return m
+}
+
+// start restores allocations from the state DB (re-attaching to their
+// tasks) and starts watching the servers.
+func (m *allocManager) start() {
+	restored, errs := m.cfg.DB.loadAllocs()
+	for _, err := range errs {
+		m.logger.Error("skipping unreadable allocation in state db", "error", err)
+	}
+	for _, ra := range restored {
+		m.logger.Info("restoring allocation", "alloc_id", ra.Alloc.ID, "tasks", len(ra.Tasks), "handles", len(ra.Handles))
+		m.startRunner(ra.Alloc, ra)
+	}
+	m.wg.Add(2)
+	go func() {
+		defer m.wg.Done()
+		m.updater.run(m.ctx, m.cfg.Registered)
+	}()
+	go func() {
+		defer m.wg.Done()
+		m.watch()
+	}()
+}
+
+// shutdown stops every goroutine without killing tasks. Safe to call twice.
+func (m *allocManager) shutdown(ctx context.Context) error {
+	m.shutdownOnce.Do(func() {
+		m.cancel()
+		done := make(chan struct{})
+		go func() { m.wg.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			m.shutdownErr = fmt.Errorf("alloc runners did not stop: %w", ctx.Err())
+		}
+	})
+	return m.shutdownErr
+}
+
+func (m *allocManager) startRunner(alloc *structs.Allocation, restored *restoredAlloc) *allocRunner {
+	ar := newAllocRunner(allocRunnerConfig{
+		alloc:    alloc,
+		dataDir:  m.cfg.DataDir,
+		driver:   m.cfg.Driver,
+		db:       m.cfg.DB,
+		hook:     m.cfg.VolumeHook,
+		logger:   m.logger,
+		report:   m.updater.update,
+		restored: restored,
+	})
+	m.mu.Lock()
+	m.runners[alloc.ID] = ar
+	m.mu.Unlock()
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		ar.run(m.ctx)
+	}()
+	return ar
+}
+
+func (m *allocManager) getRunner(allocID string) *allocRunner {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.runners[allocID]
+}
+
+// watch waits for registration, then follows Node.GetClientAllocs.
+func (m *allocManager) watch() {
+	select {
+	case <-m.cfg.Registered:
+	case <-m.ctx.Done():
+		return
+	}
+	var index uint64
+	backoff := m.cfg.MinRetryBackoff
+	for m.ctx.Err() == nil {
+		req := &structs.NodeSpecificRequest{
+			NodeID:       m.cfg.NodeID,
+			QueryOptions: structs.QueryOptions{MinQueryIndex: index, MaxQueryTime: m.cfg.MaxQueryTime},
+		}
+		var resp structs.NodeClientAllocsResponse
+		err := m.cfg.RPC.RPC("Node.GetClientAllocs", req, &resp)
+		if m.ctx.Err() != nil || errors.Is(err, ErrShutdown) {
+			return
+		}
+		if err != nil || resp.Index == 0 {
+			if err != nil {
+				m.logger.Error("failed to fetch allocations", "error", err)
+			}
+			if !m.sleep(backoff) {
+				return
+			}
+			backoff = min(backoff*2, m.cfg.MaxRetryBackoff)
+			continue
+		}
+		backoff = m.cfg.MinRetryBackoff
+		// An index that went backwards (servers restored from a snapshot)
+		// restarts the query from scratch rather than waiting forever.
+		index = resp.Index
+		m.reconcile(resp.Allocs)
+	}
+}
+
+// sleep waits d, jittered, or until shutdown; false means shutdown.
+func (m *allocManager) sleep(d time.Duration) bool {
+	wait := d/2 + rand.N(d/2+1)
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-m.ctx.Done():
+		return false
+	}
+}
+
+// reconcile brings the runners in line with the servers' allocations for
+// this node: new runnable ones start, stopped ones are killed, and ones
+// the servers no longer have are killed and garbage collected.
+func (m *allocManager) reconcile(allocs []*structs.Allocation) {
+	seen := make(map[string]bool, len(allocs))
+	sort.Slice(allocs, func(i, j int) bool { return allocs[i].ID < allocs[j].ID })
+	for _, alloc := range allocs {
+		if alloc == nil || (alloc.NodeID != "" && alloc.NodeID != m.cfg.NodeID) {
+			continue
+		}
+		seen[alloc.ID] = true
+		ar := m.getRunner(alloc.ID)
+		if ar != nil {
+			if alloc.AllocModifyIndex != ar.Alloc().AllocModifyIndex || alloc.DesiredStatus != ar.Alloc().DesiredStatus {
+				ar.update(alloc)
+			}
+			continue
+		}
+		if alloc.DesiredStatus != structs.AllocDesiredStatusRun || alloc.ClientTerminalStatus() {
+			continue
+		}
+		m.logger.Info("starting allocation", "alloc_id", alloc.ID, "name", alloc.Name)
+		if err := m.cfg.DB.putAlloc(alloc); err != nil {
+			// Run it anyway; only a restart would lose track of it.
+			m.logger.Error("failed to persist allocation", "alloc_id", alloc.ID, "error", err)
+		}
+		m.startRunner(alloc, nil)
+	}
+
+	m.mu.Lock()
+	var gone []*allocRunner
+	for id, ar := range m.runners {
+		if !seen[id] {
+			gone = append(gone, ar)
+		}
+	}
+	m.mu.Unlock()
+	for _, ar := range gone {
+		id := ar.id
+		ar.markDestroy(func() {
+			m.mu.Lock()
+			if m.runners[id] == ar {
+				delete(m.runners, id)
+			}
+			m.mu.Unlock()
+		})
+	}
+}

@@ -1,0 +1,408 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/roamhq/roam/client/driver/rawexec"
+	"github.com/roamhq/roam/structs"
+)
+
+// rawExecDriver is the only driver this client runs.
+const rawExecDriver = "raw_exec"
+
+// taskEventSetupFailure marks a task that could not be prepared (alloc
+// dir, volumes); Nomad's API uses the same name.
+const taskEventSetupFailure = "Setup Failure"
+
+// errBadTaskConfig marks a task configuration the driver cannot run; such a
+// task fails without restarts.
+var errBadTaskConfig = errors.New("invalid task configuration")
+
+// taskRunner runs one task of an allocation: it starts it, waits for it,
+// applies the group's restart policy, and kills it when asked. Its state is
+// persisted on every change so a restarted client picks up where it was.
+type taskRunner struct {
+	allocID string
+	task    *structs.Task
+	policy  *structs.RestartPolicy
+	jobType string
+	dirs    taskDirs
+	env     map[string]string
+	driver  *rawexec.Driver
+	db      *stateDB
+	logger  hclog.Logger
+	// notify tells the alloc runner the task's state changed. It is called
+	// without tr.mu held.
+	notify func()
+
+	// killCh is closed by kill.
+	killCh   chan struct{}
+	killOnce sync.Once
+	// doneCh is closed when run returns.
+	doneCh chan struct{}
+
+	// mu guards the fields below it.
+	mu    sync.Mutex
+	state *structs.TaskState
+	rt    restartTracker
+	// restored is a handle read from the state DB, to re-attach to.
+	restored *rawexec.HandleState
+	// killReason is set by kill.
+	killReason string
+}
+
+// taskState returns a copy of the task's state.
+func (tr *taskRunner) taskState() *structs.TaskState {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	st := *tr.state
+	st.Events = append([]*structs.TaskEvent(nil), tr.state.Events...)
+	return &st
+}
+
+// kill asks the task to stop. It does not wait; done closes when the task
+// is dead (or the client shuts down).
+func (tr *taskRunner) kill(reason string) {
+	tr.killOnce.Do(func() {
+		tr.mu.Lock()
+		tr.killReason = reason
+		tr.mu.Unlock()
+		close(tr.killCh)
+	})
+}
+
+func (tr *taskRunner) killRequested() bool {
+	select {
+	case <-tr.killCh:
+		return true
+	default:
+		return false
+	}
+}
+
+func (tr *taskRunner) done() <-chan struct{} { return tr.doneCh }
+
+// update changes the task's state with fn under tr.mu (so fn must not take
+// it), persists it with handle (nil: none), and tells the alloc runner.
+func (tr *taskRunner) update(handle *rawexec.HandleState, fn func(st *structs.TaskState)) {
+	tr.mu.Lock()
+	fn(tr.state)
+	local := &localTaskState{State: tr.state, Restart: tr.rt}
+	err := tr.db.putTask(tr.allocID, tr.task.Name, local, handle)
+	tr.mu.Unlock()
+	if err != nil {
+		tr.logger.Error("failed to persist task state", "error", err)
+	}
+	tr.notify()
+}
+
+func newEvent(typ, msg string) *structs.TaskEvent {
+	return &structs.TaskEvent{Type: typ, Time: time.Now().UnixNano(), Message: msg, DisplayMessage: msg}
+}
+
+// addEvent appends an event, keeping the last maxTaskEvents.
+func addEvent(st *structs.TaskState, ev *structs.TaskEvent) {
+	const maxTaskEvents = 10
+	st.Events = append(st.Events, ev)
+	if n := len(st.Events); n > maxTaskEvents {
+		st.Events = append([]*structs.TaskEvent(nil), st.Events[n-maxTaskEvents:]...)
+	}
+}
+
+// setDead marks the task dead, failed or not, with a last event.
+func (tr *taskRunner) setDead(failed bool, ev *structs.TaskEvent) {
+	tr.update(nil, func(st *structs.TaskState) {
+		if ev != nil {
+			addEvent(st, ev)
+		}
+		st.State = structs.TaskStateDead
+		st.Failed = failed
+		st.FinishedAt = time.Now()
+	})
+}
+
+// run drives the task until it is dead or ctx (the client's lifetime) ends.
+// When ctx ends the task is left running: the next client re-attaches.
+func (tr *taskRunner) run(ctx context.Context) {
+	defer close(tr.doneCh)
+
+	tr.mu.Lock()
+	dead := tr.state.State == structs.TaskStateDead
+	restored := tr.restored
+	tr.restored = nil
+	tr.mu.Unlock()
+	if dead {
+		return
+	}
+
+	var (
+		handle *rawexec.Handle
+		lost   error // set when the task ended without an exit status
+	)
+	if restored != nil {
+		h, err := tr.driver.Reattach(*restored)
+		if err != nil {
+			tr.logger.Warn("could not re-attach to task", "error", err)
+			lost = err
+		} else {
+			handle = h
+		}
+	}
+
+	for {
+		if handle == nil && lost == nil {
+			if tr.killRequested() {
+				tr.setDead(false, newEvent(structs.TaskEventKilled, "task was not running when killed: "+tr.reason()))
+				return
+			}
+			h, err := tr.start(ctx)
+			switch {
+			case err == nil:
+				handle = h
+			case ctx.Err() != nil:
+				return
+			case errors.Is(err, errBadTaskConfig), errors.Is(err, rawexec.ErrCommandNotFound), errors.Is(err, rawexec.ErrNotExecutable):
+				tr.setDead(true, newEvent(structs.TaskEventDriverFailure, err.Error()))
+				return
+			default:
+				tr.update(nil, func(st *structs.TaskState) {
+					addEvent(st, newEvent(structs.TaskEventDriverFailure, err.Error()))
+				})
+				lost = err
+			}
+		}
+
+		var res *rawexec.ExitResult
+		if handle != nil {
+			var killed, shutdown bool
+			res, lost, killed, shutdown = tr.wait(ctx, handle)
+			if shutdown {
+				return
+			}
+			if killed {
+				msg := "task killed: " + tr.reason()
+				if res != nil {
+					msg = fmt.Sprintf("%s (exit code %d, signal %d)", msg, res.ExitCode, res.Signal)
+				}
+				ev := newEvent(structs.TaskEventKilled, msg)
+				if res != nil {
+					ev.ExitCode, ev.Signal = res.ExitCode, res.Signal
+				}
+				tr.setDead(false, ev)
+				return
+			}
+		}
+
+		if !tr.handleExit(ctx, res, lost) {
+			return
+		}
+		handle, lost = nil, nil
+	}
+}
+
+func (tr *taskRunner) reason() string {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	return tr.killReason
+}
+
+// handleExit records how the task ended and applies the restart policy. It
+// reports whether to start the task again.
+func (tr *taskRunner) handleExit(ctx context.Context, res *rawexec.ExitResult, lost error) bool {
+	var ev *structs.TaskEvent
+	success := false
+	switch {
+	case res != nil && res.Err != "":
+		ev = newEvent(structs.TaskEventDriverFailure, "task could not run: "+res.Err)
+	case res != nil:
+		success = res.Successful()
+		ev = newEvent(structs.TaskEventTerminated, fmt.Sprintf("Exit Code: %d, Signal: %d", res.ExitCode, res.Signal))
+		ev.ExitCode, ev.Signal = res.ExitCode, res.Signal
+	case errors.Is(lost, rawexec.ErrTaskGone):
+		ev = newEvent(structs.TaskEventTerminated, "task is gone and its exit status is unknown")
+		ev.ExitCode = -1
+	default:
+		ev = newEvent(structs.TaskEventTerminated, fmt.Sprintf("task ended: %v", lost))
+		ev.ExitCode = -1
+	}
+
+	if success && tr.jobType == structs.JobTypeBatch {
+		tr.setDead(false, ev)
+		return false
+	}
+
+	tr.mu.Lock()
+	decision := tr.rt.next(tr.policy, time.Now())
+	tr.mu.Unlock()
+	if !decision.Restart {
+		tr.update(nil, func(st *structs.TaskState) {
+			addEvent(st, ev)
+		})
+		tr.setDead(!success, newEvent(structs.TaskEventNotRestarting, decision.Reason))
+		return false
+	}
+	tr.update(nil, func(st *structs.TaskState) {
+		addEvent(st, ev)
+		re := newEvent(structs.TaskEventRestarting, fmt.Sprintf("restarting in %s: %s", decision.Delay, decision.Reason))
+		addEvent(st, re)
+		st.State = structs.TaskStatePending
+		st.Restarts++
+		st.LastRestart = time.Now()
+	})
+	tr.logger.Info("restarting task", "delay", decision.Delay, "reason", decision.Reason)
+
+	timer := time.NewTimer(decision.Delay)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return true
+	case <-tr.killCh:
+		tr.setDead(false, newEvent(structs.TaskEventKilled, "task killed while waiting to restart: "+tr.reason()))
+		return false
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// start starts the task with the driver and records its handle.
+func (tr *taskRunner) start(ctx context.Context) (*rawexec.Handle, error) {
+	if tr.task.Driver != rawExecDriver {
+		return nil, fmt.Errorf("%w: driver %q is not supported by this client; only %q", errBadTaskConfig, tr.task.Driver, rawExecDriver)
+	}
+	command, args, err := parseRawExecConfig(tr.task.Config)
+	if err != nil {
+		return nil, err
+	}
+	h, err := tr.driver.Start(ctx, rawexec.TaskConfig{
+		ID:          tr.allocID + "/" + tr.task.Name,
+		Command:     command,
+		Args:        args,
+		Env:         tr.env,
+		Dir:         tr.dirs.TaskDir,
+		StdoutPath:  tr.dirs.Stdout,
+		StderrPath:  tr.dirs.Stderr,
+		KillSignal:  tr.task.KillSignal,
+		KillTimeout: tr.task.KillTimeout,
+	})
+	if err != nil {
+		return nil, err
+	}
+	hs := h.State()
+	tr.update(&hs, func(st *structs.TaskState) {
+		st.State = structs.TaskStateRunning
+		st.StartedAt = time.Now()
+		st.FinishedAt = time.Time{}
+		addEvent(st, newEvent(structs.TaskEventStarted, "Task started by client"))
+	})
+	return h, nil
+}
+
+// wait waits for the task to exit, killing it if asked. shutdown means ctx
+// ended first and the task was left as it is.
+func (tr *taskRunner) wait(ctx context.Context, h *rawexec.Handle) (res *rawexec.ExitResult, lost error, killed, shutdown bool) {
+	waitCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type waitResult struct {
+		res *rawexec.ExitResult
+		err error
+	}
+	ch := make(chan waitResult, 1)
+	go func() {
+		r, err := h.Wait(waitCtx)
+		ch <- waitResult{r, err}
+	}()
+
+	var r waitResult
+	select {
+	case r = <-ch:
+	case <-tr.killCh:
+		killed = true
+		ev := newEvent(structs.TaskEventKilling, fmt.Sprintf("sent %s, SIGKILL after %s: %s",
+			orDefault(tr.task.KillSignal, rawexec.DefaultKillSignal), tr.killTimeout(), tr.reason()))
+		tr.update(nil, func(st *structs.TaskState) { addEvent(st, ev) })
+		if err := h.Kill(ctx, tr.task.KillSignal, tr.task.KillTimeout); err != nil {
+			tr.logger.Warn("kill failed", "error", err)
+		}
+		r = <-ch
+	case <-ctx.Done():
+		cancel()
+		<-ch
+		return nil, nil, false, true
+	}
+	if r.err != nil && ctx.Err() != nil {
+		return nil, nil, false, true
+	}
+	if r.err != nil {
+		return nil, r.err, killed, false
+	}
+	return r.res, nil, killed, false
+}
+
+func (tr *taskRunner) killTimeout() time.Duration {
+	if tr.task.KillTimeout > 0 {
+		return tr.task.KillTimeout
+	}
+	return rawexec.DefaultKillTimeout
+}
+
+func orDefault(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+// parseRawExecConfig reads raw_exec's options: command (a string, required)
+// and args (a list of strings).
+func parseRawExecConfig(cfg map[string]any) (string, []string, error) {
+	for k := range cfg {
+		if k != "command" && k != "args" {
+			return "", nil, fmt.Errorf("%w: raw_exec: unknown option %q (known: command, args)", errBadTaskConfig, k)
+		}
+	}
+	command, ok := cfg["command"].(string)
+	if !ok || command == "" {
+		return "", nil, fmt.Errorf("%w: raw_exec: option \"command\" must be a non-empty string, got %T", errBadTaskConfig, cfg["command"])
+	}
+	var args []string
+	switch v := cfg["args"].(type) {
+	case nil:
+	case []string:
+		args = append(args, v...)
+	case []any:
+		for i, a := range v {
+			s, ok := a.(string)
+			if !ok {
+				return "", nil, fmt.Errorf("%w: raw_exec: args[%d] must be a string, got %T", errBadTaskConfig, i, a)
+			}
+			args = append(args, s)
+		}
+	default:
+		return "", nil, fmt.Errorf("%w: raw_exec: option \"args\" must be a list of strings, got %T", errBadTaskConfig, v)
+	}
+	return command, args, nil
+}
+
+// taskEnv is the environment a task gets on top of the client's own.
+func taskEnv(alloc *structs.Allocation, task *structs.Task, dirs taskDirs) map[string]string {
+	env := make(map[string]string, len(task.Env)+8)
+	for k, v := range task.Env {
+		env[k] = v
+	}
+	env["ROAM_ALLOC_ID"] = alloc.ID
+	env["ROAM_ALLOC_NAME"] = alloc.Name
+	env["ROAM_ALLOC_INDEX"] = strconv.Itoa(alloc.Index())
+	env["ROAM_ALLOC_DIR"] = dirs.SharedDir
+	env["ROAM_TASK_DIR"] = dirs.TaskDir
+	env["ROAM_JOB_ID"] = alloc.JobID
+	env["ROAM_GROUP_NAME"] = alloc.TaskGroup
+	env["ROAM_TASK_NAME"] = task.Name
+	return env
+}
