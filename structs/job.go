@@ -21,6 +21,9 @@ const (
 	JobStatusDead    = "dead"
 )
 
+// SupportedDrivers are the task drivers clients can run.
+var SupportedDrivers = map[string]bool{"raw_exec": true}
+
 // DefaultNamespace is the only namespace Roam has.
 const DefaultNamespace = "default"
 
@@ -332,6 +335,8 @@ func (tg *TaskGroup) validate(jobType string) error {
 		tasks[t.Name] = true
 		if t.Driver == "" {
 			add("task %q: driver is required", t.Name)
+		} else if !SupportedDrivers[t.Driver] {
+			add("task %q: driver %q is not supported (supported: raw_exec)", t.Name, t.Driver)
 		}
 		if t.Resources != nil && (t.Resources.CPU < 0 || t.Resources.MemoryMB < 0) {
 			add("task %q: resources must not be negative", t.Name)

@@ -150,6 +150,7 @@ func TestJob_Validate(t *testing.T) {
 		},
 		{name: "task without name", edit: func(j *Job) { j.TaskGroups[0].Tasks[0].Name = "" }, want: []string{"a task has no name"}},
 		{name: "missing driver", edit: func(j *Job) { j.TaskGroups[0].Tasks[0].Driver = "" }, want: []string{`task "server": driver is required`}},
+		{name: "unknown driver", edit: func(j *Job) { j.TaskGroups[0].Tasks[0].Driver = "docker" }, want: []string{`task "server": driver "docker" is not supported`}},
 		{name: "negative cpu", edit: func(j *Job) { j.TaskGroups[0].Tasks[0].Resources.CPU = -1 }, want: []string{"resources must not be negative"}},
 		{name: "negative memory", edit: func(j *Job) { j.TaskGroups[0].Tasks[0].Resources.MemoryMB = -5 }, want: []string{"resources must not be negative"}},
 		{name: "negative kill timeout", edit: func(j *Job) { j.TaskGroups[0].Tasks[0].KillTimeout = -time.Second }, want: []string{"kill_timeout must not be negative"}},
