@@ -1,6 +1,10 @@
 package api
 
-import "time"
+import (
+	"net/http"
+	"net/url"
+	"time"
+)
 
 // Node statuses and scheduling eligibility values.
 const (
@@ -37,17 +41,19 @@ type CSIInfo struct {
 
 // Node is a client node in full.
 type Node struct {
-	ID                    string
-	Name                  string
-	Datacenter            string
-	NodeClass             string
-	HTTPAddr              string
-	Attributes            map[string]string
-	Meta                  map[string]string
-	Drivers               map[string]*DriverInfo
-	CSIControllerPlugins  map[string]*CSIInfo
-	CSINodePlugins        map[string]*CSIInfo
-	Drain                 bool
+	ID                   string
+	Name                 string
+	Datacenter           string
+	NodeClass            string
+	HTTPAddr             string
+	Attributes           map[string]string
+	Meta                 map[string]string
+	Drivers              map[string]*DriverInfo
+	CSIControllerPlugins map[string]*CSIInfo
+	CSINodePlugins       map[string]*CSIInfo
+	Drain                bool
+	// DrainStrategy is set while the node drains.
+	DrainStrategy         *DrainStrategy
 	SchedulingEligibility string
 	Status                string
 	StatusDescription     string
@@ -100,4 +106,82 @@ func (n *Nodes) Info(nodeID string, q *QueryOptions) (*Node, *QueryMeta, error) 
 		return nil, nil, err
 	}
 	return &out, qm, nil
+}
+
+// DrainSpec is what an operator asks of a drain.
+type DrainSpec struct {
+	// Deadline bounds the drain: at it, what is left is stopped. Zero
+	// means no deadline; negative means force (stop everything at once).
+	Deadline time.Duration
+	// IgnoreSystemJobs leaves system job allocations in place.
+	IgnoreSystemJobs bool
+}
+
+// DrainStrategy is a drain in progress.
+type DrainStrategy struct {
+	DrainSpec
+	// ForceDeadline is when what is left gets stopped; zero for none.
+	ForceDeadline time.Time
+	StartedAt     time.Time
+}
+
+// NodeUpdateDrainRequest is the body of a drain change; a nil DrainSpec
+// stops the drain.
+type NodeUpdateDrainRequest struct {
+	NodeID       string
+	DrainSpec    *DrainSpec
+	MarkEligible bool
+}
+
+// NodeUpdateResponse answers drain and eligibility changes.
+type NodeUpdateResponse struct {
+	NodeModifyIndex uint64
+	// EvalIDs are the evaluations the change created.
+	EvalIDs         []string
+	EvalCreateIndex uint64
+}
+
+// NodeUpdateEligibilityRequest is the body of an eligibility change.
+type NodeUpdateEligibilityRequest struct {
+	NodeID      string
+	Eligibility string
+}
+
+// Allocations returns the node's allocations in full. An unknown node is
+// an *UnexpectedResponseError with status 404.
+func (n *Nodes) Allocations(nodeID string, q *QueryOptions) ([]*Allocation, *QueryMeta, error) {
+	var out []*Allocation
+	qm, err := n.c.query("/v1/node/"+url.PathEscape(nodeID)+"/allocations", &out, q)
+	if err != nil {
+		return nil, nil, err
+	}
+	return out, qm, nil
+}
+
+// UpdateDrain starts or changes a drain of the node (spec set) or stops
+// it (spec nil). Stopping a drain leaves the node ineligible unless
+// markEligible.
+func (n *Nodes) UpdateDrain(nodeID string, spec *DrainSpec, markEligible bool, w *WriteOptions) (*NodeUpdateResponse, *WriteMeta, error) {
+	req := &NodeUpdateDrainRequest{NodeID: nodeID, DrainSpec: spec, MarkEligible: markEligible}
+	var out NodeUpdateResponse
+	wm, err := n.c.write(http.MethodPut, "/v1/node/"+url.PathEscape(nodeID)+"/drain", nil, req, &out, w)
+	if err != nil {
+		return nil, nil, err
+	}
+	return &out, wm, nil
+}
+
+// UpdateEligibility marks the node eligible or ineligible for new
+// placements.
+func (n *Nodes) UpdateEligibility(nodeID string, eligible bool, w *WriteOptions) (*NodeUpdateResponse, *WriteMeta, error) {
+	req := &NodeUpdateEligibilityRequest{NodeID: nodeID, Eligibility: NodeSchedulingIneligible}
+	if eligible {
+		req.Eligibility = NodeSchedulingEligible
+	}
+	var out NodeUpdateResponse
+	wm, err := n.c.write(http.MethodPut, "/v1/node/"+url.PathEscape(nodeID)+"/eligibility", nil, req, &out, w)
+	if err != nil {
+		return nil, nil, err
+	}
+	return &out, wm, nil
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/url"
 	"sort"
 	"strconv"
 	"strings"
@@ -74,6 +75,7 @@ func NewHTTPServer(a *Agent, ln net.Listener, logger hclog.Logger) *HTTPServer {
 		},
 		"/v1/metrics": {http.MethodGet: s.metrics},
 	}
+	s.addWorkloadRoutes()
 	s.srv = &http.Server{
 		Handler:           s,
 		ReadHeaderTimeout: 10 * time.Second,
@@ -122,7 +124,7 @@ func (s *HTTPServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			"status", rec.status, "duration", time.Since(start), "remote", r.RemoteAddr)
 	}()
 
-	methods := s.match(r.URL.Path)
+	methods := s.match(r.URL.EscapedPath())
 	if methods == nil {
 		s.writeError(rec, &codedError{code: http.StatusNotFound, msg: "Invalid URL path " + strconv.Quote(r.URL.Path)})
 		return
@@ -147,16 +149,48 @@ func (s *HTTPServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// match returns the handlers for path, or nil when there is no such route.
+// idPrefixes are the routes that take an ID after them, optionally
+// followed by one more segment naming a sub-resource
+// (/v1/job/:id/allocations). Such routes are keyed as the prefix alone,
+// or as subRoute(prefix, sub).
+var idPrefixes = []string{
+	nodePathPrefix, jobPathPrefix, allocPathPrefix, evalPathPrefix, logsPathPrefix,
+}
+
+// subRoute is the routes key of a sub-resource of an ID route.
+func subRoute(prefix, sub string) string { return prefix + "*/" + sub }
+
+// match returns the handlers for the (escaped) path, or nil when there is
+// no such route.
 func (s *HTTPServer) match(path string) map[string]handlerFunc {
-	if strings.HasPrefix(path, nodePathPrefix) {
-		id := strings.TrimPrefix(path, nodePathPrefix)
-		if id == "" || strings.Contains(id, "/") {
+	for _, prefix := range idPrefixes {
+		rest, ok := strings.CutPrefix(path, prefix)
+		if !ok {
+			continue
+		}
+		id, sub, hasSub := strings.Cut(rest, "/")
+		switch {
+		case id == "":
+			return nil
+		case !hasSub:
+			return s.routes[prefix]
+		case sub == "" || strings.Contains(sub, "/"):
 			return nil
 		}
-		return s.routes[nodePathPrefix]
+		return s.routes[subRoute(prefix, sub)]
 	}
 	return s.routes[path]
+}
+
+// pathID returns the unescaped ID segment that follows prefix in r's
+// path, so IDs may hold escaped slashes.
+func pathID(r *http.Request, prefix string) string {
+	rest := strings.TrimPrefix(r.URL.EscapedPath(), prefix)
+	id, _, _ := strings.Cut(rest, "/")
+	if u, err := url.PathUnescape(id); err == nil {
+		return u
+	}
+	return id
 }
 
 // statusRecorder remembers the status written, for the request log.

@@ -39,7 +39,7 @@ const maxAmbiguousIDs = 10
 // no node is tried as a prefix: one match answers with that node, several
 // are a 400 naming them, none is a 404.
 func (s *HTTPServer) nodeGet(w http.ResponseWriter, r *http.Request) (any, error) {
-	id := strings.TrimPrefix(r.URL.Path, nodePathPrefix)
+	id := pathID(r, nodePathPrefix)
 	args := structs.NodeSpecificRequest{NodeID: id}
 	if err := s.parseQuery(r, &args.QueryOptions); err != nil {
 		return nil, err

@@ -256,8 +256,10 @@ func TestHTTP_NodeGet(t *testing.T) {
 		must.EqOp(t, "abcdef01-0000-4000-8000-000000000002", node.ID)
 	})
 
-	t.Run("sub-paths are not routes", func(t *testing.T) {
-		res := do(t, a, http.MethodGet, "/v1/node/"+nodeID+"/allocations")
+	t.Run("unknown sub-paths are not routes", func(t *testing.T) {
+		res := do(t, a, http.MethodGet, "/v1/node/"+nodeID+"/nope")
+		must.EqOp(t, http.StatusNotFound, res.code)
+		res = do(t, a, http.MethodGet, "/v1/node/"+nodeID+"/allocations/x")
 		must.EqOp(t, http.StatusNotFound, res.code)
 		res = do(t, a, http.MethodGet, "/v1/node/")
 		must.EqOp(t, http.StatusNotFound, res.code)

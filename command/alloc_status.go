@@ -1,0 +1,222 @@
+package command
+
+import (
+	"fmt"
+	"io"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/roamhq/roam/api"
+)
+
+func init() {
+	registerGroup("alloc", "Inspect allocations")
+	register("alloc status", &Command{Synopsis: "Show an allocation and its tasks", Run: runAllocStatus})
+	register("alloc logs", &Command{Synopsis: "Print a task's stdout or stderr", Run: runAllocLogs})
+}
+
+const allocStatusUsage = `Usage: roam alloc status [options] <alloc-id>
+
+  Shows the allocation with that ID, or the one whose ID starts with it:
+  its placement and statuses, then each task's state and recent events.
+`
+
+// maxTaskEvents is how many of a task's most recent events are shown.
+const maxTaskEvents = 10
+
+func runAllocStatus(args []string, out, errOut io.Writer) int {
+	fs, f := newAPIFlagSet("alloc status", allocStatusUsage, errOut)
+	verbose := fs.Bool("verbose", false, "show full IDs")
+	pos, code, ok := parseArgs(fs, args)
+	if !ok {
+		return code
+	}
+	if len(pos) != 1 {
+		fmt.Fprintln(errOut, "This command takes one argument: <alloc-id>")
+		fs.Usage()
+		return 1
+	}
+	c, err := f.client()
+	if err != nil {
+		return fail(errOut, "creating API client", err)
+	}
+	alloc, code, ok := lookupAlloc(c, pos[0], errOut)
+	if !ok {
+		return code
+	}
+	if f.json {
+		return printOrFail(out, errOut, alloc)
+	}
+	v := *verbose
+	pairs := [][2]string{
+		{"ID", shortID(alloc.ID, v)},
+		{"Eval ID", shortID(alloc.EvalID, v)},
+		{"Name", alloc.Name},
+		{"Node ID", shortID(alloc.NodeID, v)},
+		{"Node Name", alloc.NodeName},
+		{"Job ID", alloc.JobID},
+		{"Task Group", alloc.TaskGroup},
+		{"Client Status", alloc.ClientStatus},
+		{"Client Description", orNone(alloc.ClientDescription)},
+		{"Desired Status", alloc.DesiredStatus},
+		{"Desired Description", orNone(alloc.DesiredDescription)},
+		{"Created", formatUnixNano(alloc.CreateTime)},
+		{"Modified", formatUnixNano(alloc.ModifyTime)},
+	}
+	if alloc.DesiredTransition.ShouldMigrate() {
+		pairs = append(pairs, [2]string{"Migrate", "true"})
+	}
+	if alloc.PreviousAllocation != "" {
+		pairs = append(pairs, [2]string{"Replacement Of", shortID(alloc.PreviousAllocation, v)})
+	}
+	if alloc.NextAllocation != "" {
+		pairs = append(pairs, [2]string{"Replaced By", shortID(alloc.NextAllocation, v)})
+	}
+	if alloc.RescheduleTracker != nil && len(alloc.RescheduleTracker.Events) > 0 {
+		pairs = append(pairs, [2]string{"Reschedule Attempts", strconv.Itoa(len(alloc.RescheduleTracker.Events))})
+	}
+	if alloc.FollowupEvalID != "" {
+		pairs = append(pairs, [2]string{"Follow-up Eval", shortID(alloc.FollowupEvalID, v)})
+	}
+	fmt.Fprint(out, formatKV(pairs))
+
+	tasks := make([]string, 0, len(alloc.TaskStates))
+	for name := range alloc.TaskStates {
+		tasks = append(tasks, name)
+	}
+	sort.Strings(tasks)
+	for _, name := range tasks {
+		st := alloc.TaskStates[name]
+		fmt.Fprintf(out, "\nTask %q is %q\n", name, st.State)
+		tp := [][2]string{{"Restarts", strconv.FormatUint(st.Restarts, 10)}}
+		if !st.StartedAt.IsZero() {
+			tp = append(tp, [2]string{"Started At", st.StartedAt.UTC().Format(time.RFC3339)})
+		}
+		if !st.FinishedAt.IsZero() {
+			tp = append(tp, [2]string{"Finished At", st.FinishedAt.UTC().Format(time.RFC3339)})
+		}
+		if st.Failed {
+			tp = append(tp, [2]string{"Failed", "true"})
+		}
+		fmt.Fprint(out, formatKV(tp))
+		fmt.Fprintln(out, "\nRecent Events:")
+		fmt.Fprint(out, taskEventTable(st.Events))
+	}
+	return 0
+}
+
+// taskEventTable renders a task's most recent events, newest first.
+func taskEventTable(events []*api.TaskEvent) string {
+	evs := append([]*api.TaskEvent(nil), events...)
+	sort.SliceStable(evs, func(i, j int) bool { return evs[i].Time > evs[j].Time })
+	if len(evs) > maxTaskEvents {
+		evs = evs[:maxTaskEvents]
+	}
+	rows := [][]string{{"Time", "Type", "Description"}}
+	for _, e := range evs {
+		desc := e.DisplayMessage
+		if desc == "" {
+			desc = e.Message
+		}
+		if e.Type == "Terminated" && desc == "" {
+			desc = fmt.Sprintf("Exit Code: %d", e.ExitCode)
+			if e.Signal != 0 {
+				desc += fmt.Sprintf(", Signal: %d", e.Signal)
+			}
+		}
+		rows = append(rows, []string{formatUnixNano(e.Time), e.Type, desc})
+	}
+	return formatColumns(rows)
+}
+
+// lookupAlloc reads the allocation with an ID or unique prefix. On
+// failure it has printed why and returns the exit code.
+func lookupAlloc(c *api.Client, id string, errOut io.Writer) (*api.Allocation, int, bool) {
+	matches, _, err := c.Allocations().PrefixList(id)
+	if err != nil {
+		return nil, fail(errOut, "looking up allocation", err), false
+	}
+	for _, a := range matches {
+		if a.ID == id {
+			matches = []*api.AllocationListStub{a}
+			break
+		}
+	}
+	switch len(matches) {
+	case 0:
+		fmt.Fprintf(errOut, "No allocation(s) with prefix or id %q found\n", id)
+		return nil, 1, false
+	case 1:
+	default:
+		fmt.Fprintf(errOut, "Prefix %q matched multiple allocations\n\n", id)
+		fmt.Fprint(errOut, allocTable(matches, true))
+		return nil, 1, false
+	}
+	alloc, _, err := c.Allocations().Info(matches[0].ID, nil)
+	if err != nil {
+		return nil, fail(errOut, "reading allocation", err), false
+	}
+	return alloc, 0, true
+}
+
+const allocLogsUsage = `Usage: roam alloc logs [options] <alloc-id> [task]
+
+  Prints a task's stdout (or stderr with -stderr). The task may be left out
+  when the allocation's group has one task. Any agent can answer: one that
+  does not run the allocation asks the agent that does.
+`
+
+func runAllocLogs(args []string, out, errOut io.Writer) int {
+	fs, f := newAPIFlagSet("alloc logs", allocLogsUsage, errOut)
+	stderr := fs.Bool("stderr", false, "print stderr instead of stdout")
+	pos, code, ok := parseArgs(fs, args)
+	if !ok {
+		return code
+	}
+	if len(pos) < 1 || len(pos) > 2 {
+		fmt.Fprintln(errOut, "This command takes one or two arguments: <alloc-id> [task]")
+		fs.Usage()
+		return 1
+	}
+	c, err := f.client()
+	if err != nil {
+		return fail(errOut, "creating API client", err)
+	}
+	alloc, code, ok := lookupAlloc(c, pos[0], errOut)
+	if !ok {
+		return code
+	}
+	var task string
+	if len(pos) == 2 {
+		task = pos[1]
+	}
+	if task == "" && alloc.Job != nil {
+		if tg := alloc.Job.LookupTaskGroup(alloc.TaskGroup); tg != nil {
+			if len(tg.Tasks) != 1 {
+				names := make([]string, 0, len(tg.Tasks))
+				for _, t := range tg.Tasks {
+					names = append(names, t.Name)
+				}
+				fmt.Fprintf(errOut, "Allocation %s has %d tasks; name one of: %s\n",
+					shortID(alloc.ID, false), len(names), strings.Join(names, ", "))
+				return 1
+			}
+			task = tg.Tasks[0].Name
+		}
+	}
+	stream := api.LogStdout
+	if *stderr {
+		stream = api.LogStderr
+	}
+	rc, err := c.AllocFS().Logs(alloc.ID, task, stream)
+	if err != nil {
+		return fail(errOut, "reading logs", err)
+	}
+	defer rc.Close()
+	if _, err := io.Copy(out, rc); err != nil {
+		return fail(errOut, "reading logs", err)
+	}
+	return 0
+}
