@@ -81,6 +81,23 @@ func reportStatus(t *testing.T, s *Server, node *structs.Node, status string, al
 	}, &resp))
 }
 
+// waitEvalsSettled waits until none of the job's evaluations is pending.
+func waitEvalsSettled(t *testing.T, s *Server, jobID string) {
+	t.Helper()
+	must.Wait(t, wait.InitialSuccess(wait.ErrorFunc(func() error {
+		evals, err := s.State().EvalsByJob(nil, structs.DefaultNamespace, jobID)
+		if err != nil {
+			return err
+		}
+		for _, e := range evals {
+			if e.Status == structs.EvalStatusPending {
+				return fmt.Errorf("eval %s pending", e.ID)
+			}
+		}
+		return nil
+	}), wait.Timeout(10*time.Second), wait.Gap(10*time.Millisecond)))
+}
+
 func TestJob_RegisterPlacesAllocations(t *testing.T) {
 	s := testServer(t, withLongHeartbeats)
 	waitForLeaderDuties(t, s)
@@ -214,18 +231,24 @@ func TestNode_DrainMigratesAndEnds(t *testing.T) {
 		NodeID: n1.ID, DrainStrategy: &structs.DrainStrategy{DrainSpec: structs.DrainSpec{Deadline: time.Minute}},
 	}, &dresp))
 
-	// Play the clients: stopped allocs on n1 complete, replacements on n2 run.
+	// Play the clients: stopped allocs on n1 complete, and only once the
+	// server has digested that do replacements on n2 start running. That
+	// order once stalled the drain: nothing re-evaluated the job when the
+	// replacement came up, so the next migration never started.
 	must.Wait(t, wait.InitialSuccess(wait.ErrorFunc(func() error {
 		all, err := s.State().AllocsByJob(nil, structs.DefaultNamespace, "web")
 		if err != nil {
 			return err
 		}
+		for _, a := range all {
+			if a.NodeID == n1.ID && a.DesiredStatus == structs.AllocDesiredStatusStop && !a.ClientTerminalStatus() {
+				reportStatus(t, s, n1, structs.AllocClientStatusComplete, a)
+			}
+		}
+		waitEvalsSettled(t, s, "web")
 		onN2 := 0
 		for _, a := range all {
-			switch {
-			case a.NodeID == n1.ID && a.DesiredStatus == structs.AllocDesiredStatusStop && !a.ClientTerminalStatus():
-				reportStatus(t, s, n1, structs.AllocClientStatusComplete, a)
-			case a.NodeID == n2.ID && a.ClientStatus == structs.AllocClientStatusPending:
+			if a.NodeID == n2.ID && a.ClientStatus == structs.AllocClientStatusPending {
 				reportStatus(t, s, n2, structs.AllocClientStatusRunning, a)
 			}
 			if a.NodeID == n2.ID && !a.TerminalStatus() {
@@ -324,18 +347,7 @@ func TestJob_FailedAllocRescheduled(t *testing.T) {
 
 	// The second failure exhausts the attempts: nothing replaces it.
 	reportStatus(t, s, nodes[second.NodeID], structs.AllocClientStatusFailed, second)
-	must.Wait(t, wait.InitialSuccess(wait.ErrorFunc(func() error {
-		evals, err := s.State().EvalsByJob(nil, structs.DefaultNamespace, "flaky")
-		if err != nil {
-			return err
-		}
-		for _, e := range evals {
-			if !e.TerminalStatus() {
-				return fmt.Errorf("eval %s still %s", e.ID, e.Status)
-			}
-		}
-		return nil
-	}), wait.Timeout(5*time.Second), wait.Gap(20*time.Millisecond)))
+	waitEvalsSettled(t, s, "flaky")
 	all, err := s.State().AllocsByJob(nil, structs.DefaultNamespace, "flaky")
 	must.NoError(t, err)
 	must.Len(t, 2, all)

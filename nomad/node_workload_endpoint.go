@@ -74,8 +74,9 @@ func maxModifyIndex(allocs []*structs.Allocation) uint64 {
 }
 
 // UpdateAlloc records a client's allocation updates. A node may update only
-// its own allocations; an allocation that ended triggers an evaluation of
-// its job (to replace or reschedule it).
+// its own allocations; an allocation that ended, or a replacement that
+// started running, triggers an evaluation of its job (to replace or
+// reschedule it, or to continue a drain's migrations).
 func (n *Node) UpdateAlloc(args *structs.AllocUpdateRequest, reply *structs.GenericResponse) error {
 	if done, err := n.srv.forward("Node.UpdateAlloc", args, args, reply); done {
 		return err
@@ -113,8 +114,13 @@ func (n *Node) UpdateAlloc(args *structs.AllocUpdateRequest, reply *structs.Gene
 			TaskStates: u.TaskStates, ModifyTime: time.Now().UnixNano(),
 		})
 		ended := u.ClientStatus == structs.AllocClientStatusFailed || u.ClientStatus == structs.AllocClientStatusComplete
+		// A replacement that starts running ends a migration in flight:
+		// the scheduler may now move the next allocation of a draining
+		// node (max_parallel counts pending replacements).
+		replacementUp := u.ClientStatus == structs.AllocClientStatusRunning &&
+			existing.ClientStatus == structs.AllocClientStatusPending && existing.PreviousAllocation != ""
 		k := jobKey{existing.Namespace, existing.JobID}
-		if ended && !existing.ClientTerminalStatus() && !seen[k] {
+		if (ended && !existing.ClientTerminalStatus() || replacementUp) && !seen[k] {
 			seen[k] = true
 			job, _ := store.JobByID(nil, existing.Namespace, existing.JobID)
 			if job == nil {
