@@ -58,7 +58,11 @@ func StartCluster(t testing.TB, opts Opts) *Cluster {
 	}
 	roamBinary(t) // build before the clock of any wait starts
 	c := &Cluster{t: t, Dir: t.TempDir()}
-	t.Cleanup(func() { stopAndReport(t, c.agents()) })
+	t.Cleanup(func() {
+		stopAndReport(t, c.agents())
+		// Tasks outlive their clients (executors detach); stop them too.
+		killStrays(t, c.Dir)
+	})
 
 	p := FreePorts(t, 2*(opts.Servers+opts.Clients))
 	next := func() int { n := p[0]; p = p[1:]; return n }
