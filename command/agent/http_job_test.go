@@ -161,6 +161,12 @@ func TestHTTP_JobRegisterInvalid(t *testing.T) {
 		{"unsupported wrapper field", `{"PolicyOverride": true, "Job": {"ID": "bad", "TaskGroups": [{"Name": "g",
 			"Tasks": [{"Name": "t", "Driver": "raw_exec"}]}]}}`, "PolicyOverride"},
 		{"invalid job", `{"Job": {"ID": "bad job", "TaskGroups": []}}`, "bad job"},
+		{"negative count", `{"Job": {"ID": "neg", "TaskGroups": [{"Name": "g", "Count": -2,
+			"Tasks": [{"Name": "t", "Driver": "raw_exec"}]}]}}`, "count -2 must not be negative"},
+		{"unknown driver", `{"Job": {"ID": "drv", "TaskGroups": [{"Name": "g",
+			"Tasks": [{"Name": "t", "Driver": "docker"}]}]}}`, `driver "docker" is not supported`},
+		{"unknown attribute", `{"Job": {"ID": "typo", "Colour": "blue", "TaskGroups": [{"Name": "g",
+			"Tasks": [{"Name": "t", "Driver": "raw_exec"}]}]}}`, "Job.Colour is not supported"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
