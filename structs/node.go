@@ -43,6 +43,33 @@ type CSIInfo struct {
 	Healthy           bool
 	HealthDescription string
 	UpdateTime        time.Time
+	// Provider and ProviderVersion come from GetPluginInfo.
+	Provider        string
+	ProviderVersion string
+	// RequiresControllerPlugin is set when the plugin advertises a
+	// controller service (publish/unpublish go through a controller).
+	RequiresControllerPlugin bool
+	ControllerInfo           *CSIControllerInfo `json:",omitempty"`
+	NodeInfo                 *CSINodeInfo       `json:",omitempty"`
+}
+
+// CSIControllerInfo is what a controller instance can do.
+type CSIControllerInfo struct {
+	SupportsCreateDelete   bool
+	SupportsAttachDetach   bool
+	SupportsListVolumes    bool
+	SupportsCreateSnapshot bool
+	SupportsListSnapshots  bool
+	SupportsExpand         bool
+	SupportsReadOnlyAttach bool
+}
+
+// CSINodeInfo is what a node instance reports of its node.
+type CSINodeInfo struct {
+	// ID is the node's identity in the storage provider (NodeGetInfo).
+	ID                      string
+	MaxVolumes              int64
+	RequiresNodeStageVolume bool
 }
 
 // Node is a client agent as the servers know it.
@@ -186,6 +213,14 @@ func copyCSIInfo(m map[string]*CSIInfo) map[string]*CSIInfo {
 	c := make(map[string]*CSIInfo, len(m))
 	for k, v := range m {
 		i := *v
+		if v.ControllerInfo != nil {
+			ci := *v.ControllerInfo
+			i.ControllerInfo = &ci
+		}
+		if v.NodeInfo != nil {
+			ni := *v.NodeInfo
+			i.NodeInfo = &ni
+		}
 		c[k] = &i
 	}
 	return c
