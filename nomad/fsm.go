@@ -23,6 +23,8 @@ const (
 	snapJob
 	snapAlloc
 	snapEval
+	snapCSIVolume
+	snapCSIPlugin
 )
 
 // FSM applies committed Raft entries to the state store. Apply touches
@@ -238,6 +240,22 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 			if err := restore.Eval(&e); err != nil {
 				return err
 			}
+		case snapCSIVolume:
+			var v structs.CSIVolume
+			if err := dec.Decode(&v); err != nil {
+				return fmt.Errorf("fsm: restore volume: %w", err)
+			}
+			if err := restore.CSIVolume(&v); err != nil {
+				return err
+			}
+		case snapCSIPlugin:
+			var p structs.CSIPlugin
+			if err := dec.Decode(&p); err != nil {
+				return fmt.Errorf("fsm: restore plugin: %w", err)
+			}
+			if err := restore.CSIPlugin(&p); err != nil {
+				return err
+			}
 		default:
 			return fmt.Errorf("fsm: restore: unknown record type %d", rec)
 		}
@@ -313,6 +331,24 @@ func (s *fsmSnapshot) persist(w io.Writer) error {
 	}
 	for _, e := range evals {
 		if err := write(snapEval, e); err != nil {
+			return err
+		}
+	}
+	vols, err := s.snap.CSIVolumes(nil, structs.DefaultNamespace, "")
+	if err != nil {
+		return err
+	}
+	for _, v := range vols {
+		if err := write(snapCSIVolume, v); err != nil {
+			return err
+		}
+	}
+	plugins, err := s.snap.CSIPlugins(nil, "")
+	if err != nil {
+		return err
+	}
+	for _, p := range plugins {
+		if err := write(snapCSIPlugin, p); err != nil {
 			return err
 		}
 	}

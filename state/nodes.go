@@ -39,6 +39,9 @@ func (s *StateStore) UpsertNode(index uint64, node *structs.Node, evals ...*stru
 	if err := setIndexTxn(txn, TableNodes, index); err != nil {
 		return err
 	}
+	if err := updatePluginsForNodeTxn(txn, index, n.ID, n); err != nil {
+		return err
+	}
 	if err := upsertEvalsTxn(txn, index, evals); err != nil {
 		return err
 	}
@@ -71,6 +74,9 @@ func (s *StateStore) DeleteNodes(index uint64, nodeIDs []string) error {
 		}
 		if err := txn.Delete(TableNodes, existing); err != nil {
 			return fmt.Errorf("state: node delete: %w", err)
+		}
+		if err := updatePluginsForNodeTxn(txn, index, id, nil); err != nil {
+			return err
 		}
 	}
 	if err := setIndexTxn(txn, TableNodes, index); err != nil {

@@ -51,6 +51,22 @@ func (r *Restore) Eval(e *structs.Evaluation) error {
 	return nil
 }
 
+// CSIVolume adds a volume.
+func (r *Restore) CSIVolume(v *structs.CSIVolume) error {
+	if err := r.txn.Insert(TableCSIVolumes, v); err != nil {
+		return fmt.Errorf("state: restore volume: %w", err)
+	}
+	return nil
+}
+
+// CSIPlugin adds a plugin.
+func (r *Restore) CSIPlugin(p *structs.CSIPlugin) error {
+	if err := r.txn.Insert(TableCSIPlugins, p); err != nil {
+		return fmt.Errorf("state: restore plugin: %w", err)
+	}
+	return nil
+}
+
 // IndexEntry adds a table index.
 func (r *Restore) IndexEntry(e *IndexEntry) error {
 	if err := r.txn.Insert(TableIndex, e); err != nil {

@@ -1,0 +1,245 @@
+package state
+
+import (
+	"fmt"
+	"sort"
+
+	memdb "github.com/hashicorp/go-memdb"
+	"github.com/roamhq/roam/structs"
+)
+
+// updatePluginsForNodeTxn folds a node's CSI fingerprint into the plugins
+// table: the node's instances replace what the table had for it. A nil
+// node removes the node's instances (deregistration). Plugins left with no
+// instance are deleted.
+func updatePluginsForNodeTxn(txn *memdb.Txn, index uint64, nodeID string, node *structs.Node) error {
+	touched := make(map[string]bool)
+	iter, err := txn.Get(TableCSIPlugins, "id")
+	if err != nil {
+		return fmt.Errorf("state: plugin scan: %w", err)
+	}
+	for raw := iter.Next(); raw != nil; raw = iter.Next() {
+		p := raw.(*structs.CSIPlugin)
+		if p.Controllers[nodeID] != nil || p.Nodes[nodeID] != nil {
+			touched[p.ID] = true
+		}
+	}
+	if node != nil {
+		for id := range node.CSIControllerPlugins {
+			touched[id] = true
+		}
+		for id := range node.CSINodePlugins {
+			touched[id] = true
+		}
+	}
+	ids := make([]string, 0, len(touched))
+	for id := range touched {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		var p *structs.CSIPlugin
+		raw, err := txn.First(TableCSIPlugins, "id", id)
+		if err != nil {
+			return fmt.Errorf("state: plugin lookup: %w", err)
+		}
+		if raw != nil {
+			p = copyPlugin(raw.(*structs.CSIPlugin))
+		} else {
+			p = &structs.CSIPlugin{ID: id, CreateIndex: index,
+				Controllers: map[string]*structs.CSIInfo{}, Nodes: map[string]*structs.CSIInfo{}}
+		}
+		delete(p.Controllers, nodeID)
+		delete(p.Nodes, nodeID)
+		if node != nil {
+			if info := node.CSIControllerPlugins[id]; info != nil {
+				c := *info
+				p.Controllers[nodeID] = &c
+			}
+			if info := node.CSINodePlugins[id]; info != nil {
+				c := *info
+				p.Nodes[nodeID] = &c
+			}
+		}
+		if len(p.Controllers) == 0 && len(p.Nodes) == 0 {
+			if raw != nil {
+				if err := txn.Delete(TableCSIPlugins, raw); err != nil {
+					return fmt.Errorf("state: plugin delete: %w", err)
+				}
+			}
+			continue
+		}
+		summarizePlugin(p)
+		p.ModifyIndex = index
+		if err := txn.Insert(TableCSIPlugins, p); err != nil {
+			return fmt.Errorf("state: plugin insert: %w", err)
+		}
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	return setIndexTxn(txn, TableCSIPlugins, index)
+}
+
+// summarizePlugin derives counts and identity from the plugin's instances.
+func summarizePlugin(p *structs.CSIPlugin) {
+	p.ControllersExpected, p.ControllersHealthy = len(p.Controllers), 0
+	p.NodesExpected, p.NodesHealthy = len(p.Nodes), 0
+	p.ControllerRequired = false
+	for _, info := range p.Controllers {
+		if info.Healthy {
+			p.ControllersHealthy++
+		}
+		p.ControllerRequired = p.ControllerRequired || info.RequiresControllerPlugin
+		p.Provider, p.Version = info.Provider, info.ProviderVersion
+	}
+	for _, info := range p.Nodes {
+		if info.Healthy {
+			p.NodesHealthy++
+		}
+		p.ControllerRequired = p.ControllerRequired || info.RequiresControllerPlugin
+		if p.Provider == "" {
+			p.Provider, p.Version = info.Provider, info.ProviderVersion
+		}
+	}
+}
+
+func copyPlugin(p *structs.CSIPlugin) *structs.CSIPlugin {
+	c := *p
+	c.Controllers = make(map[string]*structs.CSIInfo, len(p.Controllers))
+	for k, v := range p.Controllers {
+		c.Controllers[k] = v
+	}
+	c.Nodes = make(map[string]*structs.CSIInfo, len(p.Nodes))
+	for k, v := range p.Nodes {
+		c.Nodes[k] = v
+	}
+	return &c
+}
+
+// CSIPluginByID returns the plugin or nil.
+func (s *StateStore) CSIPluginByID(ws memdb.WatchSet, id string) (*structs.CSIPlugin, error) {
+	txn := s.db.Txn(false)
+	ch, raw, err := txn.FirstWatch(TableCSIPlugins, "id", id)
+	if err != nil {
+		return nil, fmt.Errorf("state: plugin lookup: %w", err)
+	}
+	ws.Add(ch)
+	if raw == nil {
+		return nil, nil
+	}
+	return raw.(*structs.CSIPlugin), nil
+}
+
+// CSIPlugins returns every plugin whose ID starts with prefix, by ID.
+func (s *StateStore) CSIPlugins(ws memdb.WatchSet, prefix string) ([]*structs.CSIPlugin, error) {
+	return getAll(s, ws, func(p *structs.CSIPlugin) string { return p.ID }, TableCSIPlugins, "id_prefix", prefix)
+}
+
+// UpsertCSIVolume registers a volume or updates a registration. Claims are
+// the store's to keep: an update keeps the existing claims.
+func (s *StateStore) UpsertCSIVolume(index uint64, vol *structs.CSIVolume) error {
+	txn := s.db.Txn(true)
+	defer txn.Abort()
+	v := vol.Copy()
+	raw, err := txn.First(TableCSIVolumes, "id", v.Namespace, v.ID)
+	if err != nil {
+		return fmt.Errorf("state: volume lookup: %w", err)
+	}
+	if raw != nil {
+		old := raw.(*structs.CSIVolume)
+		v.CreateIndex = old.CreateIndex
+		v.Claims = old.Copy().Claims
+	} else {
+		v.CreateIndex = index
+		if v.Claims == nil {
+			v.Claims = map[string]*structs.CSIVolumeClaim{}
+		}
+	}
+	v.ModifyIndex = index
+	if err := txn.Insert(TableCSIVolumes, v); err != nil {
+		return fmt.Errorf("state: volume insert: %w", err)
+	}
+	if err := setIndexTxn(txn, TableCSIVolumes, index); err != nil {
+		return err
+	}
+	txn.Commit()
+	return nil
+}
+
+// DeleteCSIVolume removes a volume registration.
+func (s *StateStore) DeleteCSIVolume(index uint64, namespace, id string) error {
+	txn := s.db.Txn(true)
+	defer txn.Abort()
+	raw, err := txn.First(TableCSIVolumes, "id", namespace, id)
+	if err != nil {
+		return fmt.Errorf("state: volume lookup: %w", err)
+	}
+	if raw == nil {
+		return fmt.Errorf("%w: volume %q", structs.ErrNotFound, id)
+	}
+	if err := txn.Delete(TableCSIVolumes, raw); err != nil {
+		return fmt.Errorf("state: volume delete: %w", err)
+	}
+	if err := setIndexTxn(txn, TableCSIVolumes, index); err != nil {
+		return err
+	}
+	txn.Commit()
+	return nil
+}
+
+// UpdateCSIVolumeClaim checkpoints one claim: a claim with a State is
+// stored (replacing the allocation's previous record); a nil claim state
+// "" frees it. It is the one write every claim transition goes through.
+func (s *StateStore) UpdateCSIVolumeClaim(index uint64, namespace, volID string, claim *structs.CSIVolumeClaim) error {
+	txn := s.db.Txn(true)
+	defer txn.Abort()
+	raw, err := txn.First(TableCSIVolumes, "id", namespace, volID)
+	if err != nil {
+		return fmt.Errorf("state: volume lookup: %w", err)
+	}
+	if raw == nil {
+		return fmt.Errorf("%w: volume %q", structs.ErrNotFound, volID)
+	}
+	v := raw.(*structs.CSIVolume).Copy()
+	if claim.State == "" {
+		delete(v.Claims, claim.AllocationID)
+	} else {
+		c := *claim
+		v.Claims[claim.AllocationID] = &c
+	}
+	v.ModifyIndex = index
+	if err := txn.Insert(TableCSIVolumes, v); err != nil {
+		return fmt.Errorf("state: volume insert: %w", err)
+	}
+	if err := setIndexTxn(txn, TableCSIVolumes, index); err != nil {
+		return err
+	}
+	txn.Commit()
+	return nil
+}
+
+// CSIVolumeByID returns the volume or nil.
+func (s *StateStore) CSIVolumeByID(ws memdb.WatchSet, namespace, id string) (*structs.CSIVolume, error) {
+	txn := s.db.Txn(false)
+	ch, raw, err := txn.FirstWatch(TableCSIVolumes, "id", namespace, id)
+	if err != nil {
+		return nil, fmt.Errorf("state: volume lookup: %w", err)
+	}
+	ws.Add(ch)
+	if raw == nil {
+		return nil, nil
+	}
+	return raw.(*structs.CSIVolume), nil
+}
+
+// CSIVolumes returns every volume in namespace whose ID starts with
+// prefix, by ID.
+func (s *StateStore) CSIVolumes(ws memdb.WatchSet, namespace, prefix string) ([]*structs.CSIVolume, error) {
+	return getAll(s, ws, func(v *structs.CSIVolume) string { return v.ID }, TableCSIVolumes, "id_prefix", namespace, prefix)
+}
+
+// CSIVolumesByPlugin returns the volumes of a plugin, by ID.
+func (s *StateStore) CSIVolumesByPlugin(ws memdb.WatchSet, pluginID string) ([]*structs.CSIVolume, error) {
+	return getAll(s, ws, func(v *structs.CSIVolume) string { return v.ID }, TableCSIVolumes, "plugin", pluginID)
+}

@@ -1,0 +1,102 @@
+package state
+
+import (
+	"testing"
+
+	"github.com/shoenig/test/must"
+
+	"github.com/roamhq/roam/structs"
+)
+
+func csiNode(id string, controller, node, healthy bool) *structs.Node {
+	n := &structs.Node{ID: id, SecretID: "s-" + id, Name: id, Datacenter: "dc1", Status: structs.NodeStatusReady,
+		CSIControllerPlugins: map[string]*structs.CSIInfo{}, CSINodePlugins: map[string]*structs.CSIInfo{}}
+	if controller {
+		n.CSIControllerPlugins["hostpath"] = &structs.CSIInfo{PluginID: "hostpath", Healthy: healthy, Provider: "hostpath.csi.roam.dev", RequiresControllerPlugin: true}
+	}
+	if node {
+		n.CSINodePlugins["hostpath"] = &structs.CSIInfo{PluginID: "hostpath", Healthy: healthy, Provider: "hostpath.csi.roam.dev"}
+	}
+	return n
+}
+
+func TestStateStore_CSIPluginsFromNodes(t *testing.T) {
+	s, err := NewStateStore()
+	must.NoError(t, err)
+
+	must.NoError(t, s.UpsertNode(1, csiNode("n1", true, true, true)))
+	must.NoError(t, s.UpsertNode(2, csiNode("n2", false, true, false)))
+	p, err := s.CSIPluginByID(nil, "hostpath")
+	must.NoError(t, err)
+	must.NotNil(t, p)
+	must.Eq(t, 1, p.ControllersExpected)
+	must.Eq(t, 1, p.ControllersHealthy)
+	must.Eq(t, 2, p.NodesExpected)
+	must.Eq(t, 1, p.NodesHealthy)
+	must.True(t, p.ControllerRequired)
+	must.Eq(t, "hostpath.csi.roam.dev", p.Provider)
+	must.Eq(t, uint64(1), p.CreateIndex)
+
+	// A new fingerprint replaces the node's instances: n1 loses its
+	// controller and its node instance turns unhealthy.
+	must.NoError(t, s.UpsertNode(3, csiNode("n1", false, true, false)))
+	p, err = s.CSIPluginByID(nil, "hostpath")
+	must.NoError(t, err)
+	must.Eq(t, 0, p.ControllersExpected)
+	must.Eq(t, 0, p.NodesHealthy)
+	must.Eq(t, uint64(3), p.ModifyIndex)
+
+	// Deregistering every node that had it removes the plugin.
+	must.NoError(t, s.DeleteNodes(4, []string{"n1", "n2"}))
+	p, err = s.CSIPluginByID(nil, "hostpath")
+	must.NoError(t, err)
+	must.Nil(t, p)
+	idx, err := s.Index(TableCSIPlugins)
+	must.NoError(t, err)
+	must.Eq(t, uint64(4), idx)
+}
+
+func TestStateStore_CSIVolumeClaims(t *testing.T) {
+	s, err := NewStateStore()
+	must.NoError(t, err)
+	vol := &structs.CSIVolume{ID: "v1", Namespace: structs.DefaultNamespace, PluginID: "hostpath", ExternalID: "ext-1",
+		RequestedCapabilities: []*structs.CSIVolumeCapability{{AccessMode: structs.CSIAccessModeSingleNodeWriter, AttachmentMode: structs.CSIAttachmentModeFilesystem}}}
+	must.NoError(t, s.UpsertCSIVolume(5, vol))
+
+	claim := &structs.CSIVolumeClaim{AllocationID: "a1", NodeID: "n1", Mode: structs.CSIVolumeClaimWrite,
+		AccessMode: structs.CSIAccessModeSingleNodeWriter, AttachmentMode: structs.CSIAttachmentModeFilesystem,
+		State: structs.CSIVolumeClaimStatePublishing}
+	must.NoError(t, s.UpdateCSIVolumeClaim(6, structs.DefaultNamespace, "v1", claim))
+	taken := *claim
+	taken.State = structs.CSIVolumeClaimStateTaken
+	taken.PublishContext = map[string]string{"device": "/dev/roam00"}
+	must.NoError(t, s.UpdateCSIVolumeClaim(7, structs.DefaultNamespace, "v1", &taken))
+
+	// Re-registering the volume keeps its claims.
+	update := vol.Copy()
+	update.Name = "renamed"
+	must.NoError(t, s.UpsertCSIVolume(8, update))
+	got, err := s.CSIVolumeByID(nil, structs.DefaultNamespace, "v1")
+	must.NoError(t, err)
+	must.Eq(t, "renamed", got.Name)
+	must.Eq(t, uint64(5), got.CreateIndex)
+	must.MapLen(t, 1, got.Claims)
+	must.Eq(t, structs.CSIVolumeClaimStateTaken, got.Claims["a1"].State)
+	must.Eq(t, "/dev/roam00", got.Claims["a1"].PublishContext["device"])
+
+	// An empty state frees the claim.
+	must.NoError(t, s.UpdateCSIVolumeClaim(9, structs.DefaultNamespace, "v1", &structs.CSIVolumeClaim{AllocationID: "a1"}))
+	got, err = s.CSIVolumeByID(nil, structs.DefaultNamespace, "v1")
+	must.NoError(t, err)
+	must.MapEmpty(t, got.Claims)
+
+	byPlugin, err := s.CSIVolumesByPlugin(nil, "hostpath")
+	must.NoError(t, err)
+	must.Len(t, 1, byPlugin)
+	must.ErrorIs(t, s.UpdateCSIVolumeClaim(10, structs.DefaultNamespace, "nope", claim), structs.ErrNotFound)
+	must.ErrorIs(t, s.DeleteCSIVolume(10, structs.DefaultNamespace, "nope"), structs.ErrNotFound)
+	must.NoError(t, s.DeleteCSIVolume(10, structs.DefaultNamespace, "v1"))
+	vols, err := s.CSIVolumes(nil, structs.DefaultNamespace, "")
+	must.NoError(t, err)
+	must.SliceEmpty(t, vols)
+}
