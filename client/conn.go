@@ -1,6 +1,7 @@
 package client
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -77,15 +78,12 @@ var errConnLost = errors.New("connection to server lost")
 // call runs one RPC. A broken connection comes back as errConnLost; a
 // handler's error comes back mapped to its sentinel.
 func (s *serverConn) call(method string, args, reply any, timeout time.Duration) error {
-	call := s.rpc.Go(method, args, reply, make(chan *rpc.Call, 1))
-	timer := time.NewTimer(timeout)
-	defer timer.Stop()
-	select {
-	case <-call.Done:
-	case <-timer.C:
-		return fmt.Errorf("%w: %s to %s timed out after %s", errConnLost, method, s.addr, timeout)
-	}
-	if err := call.Error; err != nil {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	if err := structs.CallContext(ctx, s.rpc, method, args, reply); err != nil {
+		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() != nil {
+			return fmt.Errorf("%w: %s to %s timed out after %s", errConnLost, method, s.addr, timeout)
+		}
 		var serverErr rpc.ServerError
 		if errors.As(err, &serverErr) {
 			return structs.FromRPCError(err)

@@ -94,15 +94,13 @@ func (p *connPool) RPC(ctx context.Context, addr, method string, args, reply any
 	if err != nil {
 		return err
 	}
-	call := c.Go(method, args, reply, make(chan *rpc.Call, 1))
-	select {
-	case <-call.Done:
-	case <-ctx.Done():
-		// The reply may still arrive; net/rpc discards it. The connection
-		// stays usable for other calls.
-		return ctx.Err()
+	err = structs.CallContext(ctx, c, method, args, reply)
+	if ctxErr := ctx.Err(); ctxErr != nil && errors.Is(err, ctxErr) {
+		// Abandoned: a late reply lands in a throwaway value, and the
+		// connection stays usable for other calls.
+		return err
 	}
-	if err := call.Error; err != nil {
+	if err != nil {
 		var serverErr rpc.ServerError
 		if errors.As(err, &serverErr) {
 			return structs.FromRPCError(err)
