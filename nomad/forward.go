@@ -30,7 +30,12 @@ func (s *Server) forward(method string, info structs.RPCInfo, args, reply any) (
 	for {
 		changed := s.leaderChanged()
 		if s.IsLeader() {
-			return false, nil
+			if s.heartbeats.running() {
+				return false, nil
+			}
+			// Raft elected us but the leader's duties are still starting:
+			// hold the request, as a follower would while there is no
+			// leader, rather than fail it.
 		}
 		leaderAddr, _ := s.Leader()
 		if leaderAddr != "" && leaderAddr != s.advertise {
