@@ -18,6 +18,10 @@ type Node struct {
 // secret only; registering a known ID with another secret is refused.
 func (n *Node) Register(args *structs.NodeRegisterRequest, reply *structs.NodeUpdateResponse) error {
 	if done, err := n.srv.forward("Node.Register", args, args, reply); done {
+		if err == nil {
+			// The leader accepted the node's secret.
+			n.srv.recordNodeSession(args.Node.ID, args)
+		}
 		return err
 	}
 	if err := args.Node.Validate(); err != nil {
@@ -60,13 +64,21 @@ func (n *Node) Register(args *structs.NodeRegisterRequest, reply *structs.NodeUp
 		return err
 	}
 	reply.Index = index
-	return n.heartbeatReply(node.ID, node.Status, reply)
+	if err := n.heartbeatReply(node.ID, node.Status, reply); err != nil {
+		return err
+	}
+	n.srv.recordNodeSession(node.ID, args)
+	return nil
 }
 
 // UpdateStatus is a client's heartbeat, and how it reports a status
 // change. Only the node itself (its secret as the token) may call it.
 func (n *Node) UpdateStatus(args *structs.NodeUpdateStatusRequest, reply *structs.NodeUpdateResponse) error {
 	if done, err := n.srv.forward("Node.UpdateStatus", args, args, reply); done {
+		if err == nil {
+			// The leader accepted the node's secret.
+			n.srv.recordNodeSession(args.NodeID, args)
+		}
 		return err
 	}
 	if args.NodeID == "" {
@@ -111,7 +123,11 @@ func (n *Node) UpdateStatus(args *structs.NodeUpdateStatusRequest, reply *struct
 		reply.Index = index
 		n.srv.logger.Info("node status changed", "node_id", args.NodeID, "from", node.Status, "to", args.Status)
 	}
-	return n.heartbeatReply(args.NodeID, args.Status, reply)
+	if err := n.heartbeatReply(args.NodeID, args.Status, reply); err != nil {
+		return err
+	}
+	n.srv.recordNodeSession(args.NodeID, args)
+	return nil
 }
 
 // heartbeatReply arms the node's timer (or clears it for a node going

@@ -78,6 +78,9 @@ type serverCodec struct {
 	enc    *codec.Encoder
 	bufW   *bufio.Writer
 	failed bool
+	// session is the client session the stream belongs to, nil outside
+	// one; handed to every request that can hold it (see sessionSetter).
+	session any
 
 	writeMu   sync.Mutex
 	closeOnce sync.Once
@@ -123,8 +126,17 @@ func (c *serverCodec) ReadRequestBody(body any) error {
 		c.failed = true
 		return err
 	}
+	if c.session != nil {
+		if ss, ok := body.(sessionSetter); ok {
+			ss.SetSession(c.session)
+		}
+	}
 	return nil
 }
+
+// sessionSetter is a request that can carry the client session it arrived
+// on (structs.WriteRequest and QueryOptions, and what embeds them).
+type sessionSetter interface{ SetSession(any) }
 
 func (c *serverCodec) WriteResponse(r *rpc.Response, body any) error {
 	c.writeMu.Lock()

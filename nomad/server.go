@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -50,6 +51,11 @@ type Server struct {
 	members    *memberList
 	heartbeats *heartbeater
 	broker     *evalBroker
+	// lanes serialize destructive controller calls per plugin; set only
+	// while this server leads, bound to the leader's term.
+	lanes atomic.Pointer[controllerLanes]
+	// claims are the volume claims this leader is working on now.
+	claims claimsInFlight
 	// planMu makes the leader apply one plan at a time, so each plan's
 	// re-check sees every earlier plan's placements.
 	planMu sync.Mutex
@@ -73,6 +79,9 @@ type Server struct {
 	// connsMu guards conns, every accepted connection, closed on shutdown.
 	connsMu sync.Mutex
 	conns   map[net.Conn]struct{}
+
+	// nodeConns maps node IDs to the client sessions held by this server.
+	nodeConns *nodeConns
 }
 
 // NewServer starts a server: it binds the RPC port, opens Raft on the data
@@ -115,6 +124,7 @@ func NewServer(config *Config) (*Server, error) {
 		shutdownCtx:    ctx,
 		shutdownCancel: cancel,
 		conns:          make(map[net.Conn]struct{}),
+		nodeConns:      newNodeConns(),
 	}
 	s.members = newMemberList(s.selfMember(), config.MemberFailAfter)
 	s.heartbeats = newHeartbeater(s)
@@ -316,7 +326,7 @@ func (s *Server) acceptLoop() {
 			conn.Close()
 			return
 		}
-		go s.handleConn(conn, false)
+		go s.handleConn(conn, nil)
 	}
 }
 
@@ -337,8 +347,10 @@ func (s *Server) trackConn(c net.Conn, add bool) bool {
 }
 
 // handleConn reads the protocol byte and serves the connection. Inside a
-// yamux session (inSession) only RPC streams are allowed.
-func (s *Server) handleConn(conn net.Conn, inSession bool) {
+// yamux session (session non-nil) only RPC streams are allowed, and their
+// requests learn the session they came on.
+func (s *Server) handleConn(conn net.Conn, session *yamux.Session) {
+	inSession := session != nil
 	var b [1]byte
 	_ = conn.SetReadDeadline(time.Now().Add(s.config.RPCHandshakeTimeout))
 	if _, err := conn.Read(b[:]); err != nil {
@@ -349,7 +361,11 @@ func (s *Server) handleConn(conn net.Conn, inSession bool) {
 
 	switch {
 	case b[0] == structs.RPCNomad:
-		s.rpcServer.ServeCodec(newServerCodec(conn, s.config.RPCMaxFrameBytes))
+		codec := newServerCodec(conn, s.config.RPCMaxFrameBytes)
+		if inSession {
+			codec.session = session
+		}
+		s.rpcServer.ServeCodec(codec)
 		s.trackConn(conn, false)
 	case b[0] == structs.RPCRaft && !inSession:
 		s.trackConn(conn, false) // Raft owns it from here
@@ -385,6 +401,9 @@ func (s *Server) serveSession(conn net.Conn) {
 	}
 	defer func() {
 		session.Close()
+		// Only after Close: nodeConns.add relies on a closed session being
+		// removed after it is seen closed.
+		s.nodeConns.removeSession(session)
 		s.trackConn(conn, false)
 	}()
 	for {
@@ -392,7 +411,7 @@ func (s *Server) serveSession(conn net.Conn) {
 		if err != nil {
 			return
 		}
-		go s.handleConn(stream, true)
+		go s.handleConn(stream, session)
 	}
 }
 

@@ -23,6 +23,9 @@ const (
 	AllocUpdateDesiredTransitionRequestType
 	NodeUpdateDrainRequestType
 	NodeUpdateEligibilityRequestType
+	CSIVolumeRegisterRequestType
+	CSIVolumeDeregisterRequestType
+	CSIVolumeClaimRequestType
 )
 
 // String names the message type for logs and errors.
@@ -50,6 +53,12 @@ func (t MessageType) String() string {
 		return "NodeUpdateDrain"
 	case NodeUpdateEligibilityRequestType:
 		return "NodeUpdateEligibility"
+	case CSIVolumeRegisterRequestType:
+		return "CSIVolumeRegister"
+	case CSIVolumeDeregisterRequestType:
+		return "CSIVolumeDeregister"
+	case CSIVolumeClaimRequestType:
+		return "CSIVolumeClaim"
 	default:
 		return "Unknown"
 	}
@@ -67,6 +76,9 @@ var MsgpackHandle = func() *codec.MsgpackHandle {
 	// Bound what a declared length may allocate before the bytes arrive, so a
 	// hostile frame claiming a huge array cannot exhaust memory up front.
 	h.MaxInitLen = 1 << 16
+	// Let a codec.Raw value (an already-encoded body) be written as is: a
+	// server relaying a call to a client passes the caller's bytes through.
+	h.Raw = true
 	return h
 }()
 
@@ -106,6 +118,10 @@ type QueryOptions struct {
 	Prefix string
 	// AuthToken is the caller's secret (a node's SecretID for client RPCs).
 	AuthToken string
+
+	// session is the client session the request arrived on, set by the
+	// receiving server only; unexported, so never encoded.
+	session any
 }
 
 func (q QueryOptions) RequestRegion() string { return q.Region }
@@ -152,6 +168,10 @@ func (q QueryOptions) TimeToBlock() time.Duration {
 type WriteRequest struct {
 	Region    string
 	AuthToken string
+
+	// session is the client session the request arrived on, set by the
+	// receiving server only; unexported, so never encoded.
+	session any
 }
 
 func (w WriteRequest) RequestRegion() string { return w.Region }

@@ -1,0 +1,232 @@
+package nomad
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/rpc"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/yamux"
+	"github.com/shoenig/test/must"
+	"github.com/shoenig/test/wait"
+
+	"github.com/roamhq/roam/client"
+	"github.com/roamhq/roam/structs"
+)
+
+// testAgentClient starts a real client agent pointed at servers and shuts
+// it down when the test ends, before the servers.
+func testAgentClient(t *testing.T, servers ...string) *client.Client {
+	t.Helper()
+	cfg := client.DefaultConfig()
+	cfg.DataDir = t.TempDir()
+	cfg.Servers = servers
+	cfg.RPCRetryTimeout = 10 * time.Second
+	cfg.MinRetryBackoff = 10 * time.Millisecond
+	cfg.MaxRetryBackoff = 200 * time.Millisecond
+	cfg.DialTimeout = time.Second
+	cfg.Logger = hclog.New(&hclog.LoggerOptions{Name: t.Name(), Level: hclog.Warn, Output: hclog.DefaultOutput})
+	c, err := client.NewClient(cfg)
+	must.NoError(t, err)
+	t.Cleanup(func() { _ = c.Shutdown(context.Background()) })
+	return c
+}
+
+// waitNodeSession waits until s holds (want) or does not hold a session for
+// nodeID.
+func waitNodeSession(t *testing.T, s *Server, nodeID string, want bool) {
+	t.Helper()
+	must.Wait(t, wait.InitialSuccess(
+		wait.BoolFunc(func() bool {
+			_, ok := s.nodeSession(nodeID)
+			return ok == want
+		}),
+		wait.Timeout(10*time.Second),
+		wait.Gap(10*time.Millisecond),
+	), must.Sprintf("server %s: session for node %s present = %v", s.ID(), nodeID, !want))
+}
+
+func testCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func TestClientRPC_PingConnectedNode(t *testing.T) {
+	s := testServer(t, nil)
+	waitForLeaderDuties(t, s)
+	c := testAgentClient(t, s.Addr())
+	waitNodeSession(t, s, c.NodeID(), true)
+
+	var resp structs.ClientStatusPingResponse
+	must.NoError(t, s.clientRPC(testCtx(t), c.NodeID(), "ClientStatus.Ping", &structs.GenericRequest{}, &resp))
+	must.Eq(t, c.NodeID(), resp.NodeID)
+
+	// The client's own handler errors come back mapped.
+	err := s.clientRPC(testCtx(t), c.NodeID(), "ClientStatus.Nope", &structs.GenericRequest{}, &resp)
+	must.ErrorIs(t, err, structs.ErrUnknownMethod)
+	must.False(t, errors.Is(err, structs.ErrNodeNotConnected))
+
+	// A service registered later is served too.
+	must.NoError(t, c.RegisterRPC("Echo", &echoService{}))
+	var out string
+	must.NoError(t, s.clientRPC(testCtx(t), c.NodeID(), "Echo.Say", "hello", &out))
+	must.Eq(t, "hello", out)
+}
+
+type echoService struct{}
+
+func (e *echoService) Say(args string, reply *string) error { *reply = args; return nil }
+
+func (e *echoService) Fail(args string, reply *string) error {
+	return errors.New("boom: " + structs.ErrNotFound.Error())
+}
+
+func TestClientRPC_ForwardedToServerHoldingSession(t *testing.T) {
+	servers := testCluster(t, 3)
+	leader := waitForLeader(t, servers...)
+	follower := followers(servers)[0]
+
+	c := testAgentClient(t, follower.Addr())
+	must.NoError(t, c.RegisterRPC("Echo", &echoService{}))
+	waitNodeSession(t, follower, c.NodeID(), true)
+	_, ok := leader.nodeSession(c.NodeID())
+	must.False(t, ok)
+
+	var resp structs.ClientStatusPingResponse
+	must.NoError(t, leader.clientRPC(testCtx(t), c.NodeID(), "ClientStatus.Ping", &structs.GenericRequest{}, &resp))
+	must.Eq(t, c.NodeID(), resp.NodeID)
+
+	var out string
+	must.NoError(t, leader.clientRPC(testCtx(t), c.NodeID(), "Echo.Say", "via follower", &out))
+	must.Eq(t, "via follower", out)
+
+	// A handler error survives the relay as its sentinel.
+	err := leader.clientRPC(testCtx(t), c.NodeID(), "Echo.Fail", "x", &out)
+	must.ErrorIs(t, err, structs.ErrNotFound)
+	must.False(t, errors.Is(err, structs.ErrNodeNotConnected))
+
+	// An expired caller deadline ends the call.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	err = leader.clientRPC(ctx, c.NodeID(), "Echo.Say", "late", &out)
+	must.ErrorIs(t, err, context.Canceled)
+}
+
+func TestClientRPC_UnknownNode(t *testing.T) {
+	servers := testCluster(t, 3)
+	leader := waitForLeader(t, servers...)
+	var resp structs.ClientStatusPingResponse
+	err := leader.clientRPC(testCtx(t), "00000000-0000-0000-0000-000000000000", "ClientStatus.Ping", &structs.GenericRequest{}, &resp)
+	must.ErrorIs(t, err, structs.ErrNodeNotConnected)
+	must.False(t, structs.IsRetryable(err))
+}
+
+func TestClientRPC_ClientShutdownRemovesSession(t *testing.T) {
+	servers := testCluster(t, 3)
+	leader := waitForLeader(t, servers...)
+	follower := followers(servers)[0]
+
+	c := testAgentClient(t, follower.Addr())
+	nodeID := c.NodeID()
+	waitNodeSession(t, follower, nodeID, true)
+	must.NoError(t, c.Shutdown(context.Background()))
+	waitNodeSession(t, follower, nodeID, false)
+
+	var resp structs.ClientStatusPingResponse
+	for _, s := range []*Server{follower, leader} {
+		err := s.clientRPC(testCtx(t), nodeID, "ClientStatus.Ping", &structs.GenericRequest{}, &resp)
+		must.ErrorIs(t, err, structs.ErrNodeNotConnected)
+	}
+}
+
+// rawSession opens a yamux session to s as a client would and returns an
+// RPC client on its first stream.
+func rawSession(t *testing.T, s *Server) (*yamux.Session, *rpc.Client) {
+	t.Helper()
+	conn, err := net.Dial("tcp", s.Addr())
+	must.NoError(t, err)
+	_, err = conn.Write([]byte{structs.RPCMultiplex})
+	must.NoError(t, err)
+	cfg := yamux.DefaultConfig()
+	cfg.LogOutput = nil
+	cfg.Logger = hclogYamux{hclog.NewNullLogger()}
+	session, err := yamux.Client(conn, cfg)
+	must.NoError(t, err)
+	t.Cleanup(func() { session.Close() })
+	stream, err := session.Open()
+	must.NoError(t, err)
+	_, err = stream.Write([]byte{structs.RPCNomad})
+	must.NoError(t, err)
+	rc := rpc.NewClientWithCodec(structs.NewClientCodec(stream))
+	t.Cleanup(func() { rc.Close() })
+	return session, rc
+}
+
+func TestClientRPC_SessionRecordedOnlyAfterAuth(t *testing.T) {
+	s := testServer(t, nil)
+	waitForLeaderDuties(t, s)
+	node := testNode("auth")
+	registerNode(t, s, node)
+
+	session, rc := rawSession(t, s)
+	var resp structs.NodeUpdateResponse
+	err := rc.Call("Node.UpdateStatus", &structs.NodeUpdateStatusRequest{
+		NodeID:       node.ID,
+		Status:       structs.NodeStatusReady,
+		WriteRequest: structs.WriteRequest{AuthToken: "not-the-secret"},
+	}, &resp)
+	must.ErrorIs(t, structs.FromRPCError(err), structs.ErrPermissionDenied)
+	_, ok := s.nodeSession(node.ID)
+	must.False(t, ok)
+
+	// Registering a known node with another secret is refused too.
+	impostor := node.Copy()
+	impostor.SecretID = "another-secret"
+	err = rc.Call("Node.Register", &structs.NodeRegisterRequest{Node: impostor}, &resp)
+	must.ErrorIs(t, structs.FromRPCError(err), structs.ErrPermissionDenied)
+	_, ok = s.nodeSession(node.ID)
+	must.False(t, ok)
+
+	// The node's own secret records this very session.
+	must.NoError(t, rc.Call("Node.UpdateStatus", &structs.NodeUpdateStatusRequest{
+		NodeID:       node.ID,
+		Status:       structs.NodeStatusReady,
+		WriteRequest: structs.WriteRequest{AuthToken: node.SecretID},
+	}, &resp))
+	got, ok := s.nodeSession(node.ID)
+	must.True(t, ok)
+	must.Eq(t, session.LocalAddr().String(), got.RemoteAddr().String())
+
+	// A node may not use the server to reach other nodes.
+	var fwd structs.ClientRPCForwardResponse
+	err = rc.Call("ClientRPC.Forward", &structs.ClientRPCForwardRequest{NodeID: node.ID, Method: "ClientStatus.Ping"}, &fwd)
+	must.ErrorIs(t, structs.FromRPCError(err), structs.ErrPermissionDenied)
+
+	// Closing the session forgets it.
+	must.NoError(t, session.Close())
+	waitNodeSession(t, s, node.ID, false)
+}
+
+func TestClientRPC_HasNodeConn(t *testing.T) {
+	s := testServer(t, nil)
+	waitForLeaderDuties(t, s)
+	c := testAgentClient(t, s.Addr())
+	waitNodeSession(t, s, c.NodeID(), true)
+
+	var resp structs.NodeConnQueryResponse
+	must.NoError(t, s.RPC("Status.HasNodeConn", &structs.NodeSpecificRequest{NodeID: c.NodeID()}, &resp))
+	must.True(t, resp.Connected)
+	must.False(t, resp.Established.IsZero())
+
+	resp = structs.NodeConnQueryResponse{}
+	must.NoError(t, s.RPC("Status.HasNodeConn", &structs.NodeSpecificRequest{NodeID: "nope"}, &resp))
+	must.False(t, resp.Connected)
+
+	var fwd structs.ClientRPCForwardResponse
+	err := s.RPC("ClientRPC.Forward", &structs.ClientRPCForwardRequest{NodeID: "nope", Method: "ClientStatus.Ping"}, &fwd)
+	must.ErrorIs(t, err, structs.ErrNodeNotConnected)
+}
