@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"net/rpc"
 	"sync"
 	"time"
 
@@ -38,6 +39,16 @@ type Client struct {
 	// registeredCh is closed once the node has registered for the first time.
 	registeredCh   chan struct{}
 	registeredOnce sync.Once
+
+	// rpcServer serves the calls servers make to this client (RegisterRPC).
+	rpcServer *rpc.Server
+
+	// csi runs the CSI plugins; csiVolumes mounts their volumes.
+	csi        *csiManager
+	csiVolumes *csiVolumeManager
+	// nodeUpdateCh (capacity 1) asks the heartbeat loop to register again
+	// at once, with a freshly built node: a CSI plugin's health changed.
+	nodeUpdateCh chan struct{}
 
 	// db is the local state DB; allocs runs the node's allocations.
 	db     *stateDB
@@ -82,6 +93,17 @@ func NewClient(config *Config) (*Client, error) {
 		shutdownCtx:    ctx,
 		shutdownCancel: cancel,
 		db:             db,
+		nodeUpdateCh:   make(chan struct{}, 1),
+	}
+	if c.rpcServer, err = newClientRPCServer(c); err != nil {
+		cancel()
+		db.close()
+		return nil, err
+	}
+	if err := c.setupCSI(); err != nil {
+		cancel()
+		db.close()
+		return nil, err
 	}
 	c.allocs = newAllocManager(allocManagerConfig{
 		NodeID:          id.NodeID,
@@ -216,6 +238,7 @@ func (c *Client) getConn() (*serverConn, error) {
 		return c.conn, nil
 	}
 	c.conn = conn
+	c.serveServerStreamsLocked(conn)
 	if host, _, err := net.SplitHostPort(conn.conn.LocalAddr().String()); err == nil {
 		c.localIP = host
 	}
@@ -253,6 +276,9 @@ func (c *Client) learnServers(servers []*structs.NodeServerInfo) {
 // server hands back. A server that has forgotten the node gets a fresh
 // registration.
 func (c *Client) heartbeatLoop() {
+	// reregister is set when the node changed (nodeUpdateCh) and the
+	// servers have not yet seen the change.
+	reregister := false
 	for {
 		var (
 			resp structs.NodeUpdateResponse
@@ -261,8 +287,11 @@ func (c *Client) heartbeatLoop() {
 		c.mu.Lock()
 		registered := c.registered
 		c.mu.Unlock()
-		if !registered {
+		if !registered || reregister {
 			err = c.register(&resp)
+			if err == nil {
+				reregister = false
+			}
 		} else {
 			err = c.RPC("Node.UpdateStatus", &structs.NodeUpdateStatusRequest{
 				NodeID: c.id.NodeID,
@@ -294,9 +323,21 @@ func (c *Client) heartbeatLoop() {
 		}
 		select {
 		case <-time.After(next):
+		case <-c.nodeUpdateCh:
+			reregister = true
 		case <-c.shutdownCtx.Done():
 			return
 		}
+	}
+}
+
+// triggerNodeUpdate makes the heartbeat loop register the node again at
+// once, so the servers see a change (a CSI plugin's health) without
+// waiting for the next heartbeat. Never blocks.
+func (c *Client) triggerNodeUpdate() {
+	select {
+	case c.nodeUpdateCh <- struct{}{}:
+	default: // one already pending; it will build the node afresh
 	}
 }
 
@@ -340,6 +381,10 @@ func (c *Client) Shutdown(ctx context.Context) error {
 		c.mu.Unlock()
 		if aerr := c.allocs.shutdown(ctx); aerr != nil {
 			err = fmt.Errorf("client shutdown: %w", aerr)
+			return
+		}
+		if cerr := c.csi.shutdown(ctx); cerr != nil {
+			err = fmt.Errorf("client shutdown: %w", cerr)
 			return
 		}
 		done := make(chan struct{})

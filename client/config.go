@@ -42,7 +42,57 @@ type Config struct {
 	// allocation that requests volumes fails.
 	VolumeHook VolumeHook
 
+	// CSIPlugins are the CSI plugins already running on this host, by
+	// plugin ID (the agent's client { csi_plugin "ID" { ... } } blocks).
+	CSIPlugins map[string]*CSIPluginConfig
+	// CSIFingerprintInterval is how often each CSI plugin is fingerprinted.
+	CSIFingerprintInterval time.Duration
+	// CSIControllerCallTimeout bounds one controller call on the client.
+	// The server's cancellation does not cut a call short, this does.
+	CSIControllerCallTimeout time.Duration
+
 	Logger hclog.Logger
+}
+
+// CSI plugin types: which services of the plugin this client uses.
+const (
+	CSIPluginTypeController = "controller"
+	CSIPluginTypeNode       = "node"
+	CSIPluginTypeMonolith   = "monolith"
+)
+
+// CSIPluginConfig is one CSI plugin the client talks to.
+type CSIPluginConfig struct {
+	// ID is the plugin ID volumes name.
+	ID string
+	// Type is CSIPluginTypeController, CSIPluginTypeNode or
+	// CSIPluginTypeMonolith.
+	Type string
+	// Socket is the absolute path of the plugin's unix socket.
+	Socket string
+}
+
+// Validate names the first bad value.
+func (p *CSIPluginConfig) Validate() error {
+	switch {
+	case p == nil:
+		return errors.New("csi plugin config is nil")
+	case p.ID == "":
+		return errors.New("csi plugin: id is required")
+	case p.Type != CSIPluginTypeController && p.Type != CSIPluginTypeNode && p.Type != CSIPluginTypeMonolith:
+		return fmt.Errorf("csi plugin %q: type = %q, want controller, node or monolith", p.ID, p.Type)
+	case p.Socket == "":
+		return fmt.Errorf("csi plugin %q: socket is required", p.ID)
+	}
+	return nil
+}
+
+func (p *CSIPluginConfig) hasController() bool {
+	return p.Type == CSIPluginTypeController || p.Type == CSIPluginTypeMonolith
+}
+
+func (p *CSIPluginConfig) hasNode() bool {
+	return p.Type == CSIPluginTypeNode || p.Type == CSIPluginTypeMonolith
 }
 
 // DefaultConfig returns a client configuration with production timers;
@@ -55,7 +105,11 @@ func DefaultConfig() *Config {
 		MinRetryBackoff: 50 * time.Millisecond,
 		MaxRetryBackoff: 2 * time.Second,
 		DialTimeout:     5 * time.Second,
-		Logger:          hclog.NewNullLogger(),
+
+		CSIFingerprintInterval:   30 * time.Second,
+		CSIControllerCallTimeout: 2 * time.Minute,
+
+		Logger: hclog.NewNullLogger(),
 	}
 }
 
@@ -74,6 +128,18 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("client config: retry backoff %s..%s is not a valid range", c.MinRetryBackoff, c.MaxRetryBackoff)
 	case c.DialTimeout <= 0:
 		return fmt.Errorf("client config: dial timeout = %s, must be positive", c.DialTimeout)
+	case c.CSIFingerprintInterval <= 0:
+		return fmt.Errorf("client config: csi fingerprint interval = %s, must be positive", c.CSIFingerprintInterval)
+	case c.CSIControllerCallTimeout <= 0:
+		return fmt.Errorf("client config: csi controller call timeout = %s, must be positive", c.CSIControllerCallTimeout)
+	}
+	for id, p := range c.CSIPlugins {
+		if err := p.Validate(); err != nil {
+			return fmt.Errorf("client config: %w", err)
+		}
+		if p.ID != id {
+			return fmt.Errorf("client config: csi plugin keyed %q has id %q", id, p.ID)
+		}
 	}
 	return nil
 }
@@ -87,6 +153,13 @@ func (c *Config) copy() *Config {
 		n.Meta = make(map[string]string, len(c.Meta))
 		for k, v := range c.Meta {
 			n.Meta[k] = v
+		}
+	}
+	if c.CSIPlugins != nil {
+		n.CSIPlugins = make(map[string]*CSIPluginConfig, len(c.CSIPlugins))
+		for k, v := range c.CSIPlugins {
+			p := *v
+			n.CSIPlugins[k] = &p
 		}
 	}
 	return &n

@@ -75,6 +75,7 @@ func (c *Client) buildNode() *structs.Node {
 			UpdateTime:        time.Now(),
 		},
 	}
+	csiControllers, csiNodes := c.csi.Infos()
 	return &structs.Node{
 		ID:                   c.id.NodeID,
 		SecretID:             c.id.SecretID,
@@ -85,8 +86,8 @@ func (c *Client) buildNode() *structs.Node {
 		Attributes:           attrs,
 		Meta:                 meta,
 		Drivers:              drivers,
-		CSIControllerPlugins: map[string]*structs.CSIInfo{},
-		CSINodePlugins:       map[string]*structs.CSIInfo{},
+		CSIControllerPlugins: csiControllers,
+		CSINodePlugins:       csiNodes,
 		Status:               structs.NodeStatusReady,
 	}
 }

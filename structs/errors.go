@@ -31,13 +31,22 @@ var (
 	// flight: it may or may not have been applied. Retryable by callers
 	// whose write is idempotent; never retried blindly by a server.
 	ErrOutcomeUnknown = errors.New("leadership lost with the write in flight; outcome unknown")
+	// ErrClaimInProgress means another change to the same volume claim is
+	// running on the leader; retryable.
+	ErrClaimInProgress = errors.New("a change to this volume claim is in progress")
+	// ErrNodeNotConnected means a server-to-client call could not reach the
+	// node: no server holds its session, or the session broke mid-call.
+	// Not in IsRetryable: the same call against the same node is unlikely to
+	// succeed soon. Code choosing among nodes (controller candidates) checks
+	// it explicitly and moves on to the next node.
+	ErrNodeNotConnected = errors.New("node is not connected to any server")
 )
 
 // knownErrors is searched in order, so more specific messages come first.
-var knownErrors = []error{
-	ErrOutcomeUnknown, ErrNoLeader, ErrPermissionDenied, ErrUnknownNode, ErrUnknownMethod,
+var knownErrors = append(append([]error{ErrOutcomeUnknown, ErrClaimInProgress, ErrCSIMaxClaims}, csiErrors...),
+	ErrNodeNotConnected, ErrNoLeader, ErrPermissionDenied, ErrUnknownNode, ErrUnknownMethod,
 	ErrNotFound, ErrShutdown, ErrWrongRegion, ErrAmbiguousPrefix, ErrInvalidRequest,
-}
+)
 
 // rpcError keeps the full server message while matching a sentinel.
 type rpcError struct {
@@ -76,5 +85,6 @@ func FromRPCError(err error) error {
 // possibly against another server.
 func IsRetryable(err error) bool {
 	err = FromRPCError(err)
-	return errors.Is(err, ErrNoLeader) || errors.Is(err, ErrShutdown) || errors.Is(err, ErrOutcomeUnknown)
+	return errors.Is(err, ErrNoLeader) || errors.Is(err, ErrShutdown) || errors.Is(err, ErrOutcomeUnknown) ||
+		errors.Is(err, ErrClaimInProgress)
 }

@@ -193,6 +193,15 @@ func (a *Agent) setupClient(httpAdvertise string) error {
 	if len(cc.Servers) == 0 && a.server != nil {
 		cc.Servers = []string{a.server.Addr()}
 	}
+	for _, p := range c.Client.CSIPlugins {
+		if cc.CSIPlugins == nil {
+			cc.CSIPlugins = map[string]*client.CSIPluginConfig{}
+		}
+		if _, dup := cc.CSIPlugins[p.ID]; dup {
+			return fmt.Errorf("client: csi_plugin %q is configured twice", p.ID)
+		}
+		cc.CSIPlugins[p.ID] = &client.CSIPluginConfig{ID: p.ID, Type: p.Type, Socket: p.Socket}
+	}
 	cc.Logger = a.logger.ResetNamed("")
 	cl, err := client.NewClient(cc)
 	if err != nil {

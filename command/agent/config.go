@@ -72,6 +72,18 @@ type ClientConfig struct {
 	Servers   []string          `hcl:"servers,optional"`
 	NodeClass string            `hcl:"node_class,optional"`
 	Meta      map[string]string `hcl:"meta,optional"`
+	// CSIPlugins are CSI plugins already running on the host:
+	// csi_plugin "ID" { type = "node" socket = "/path" }.
+	CSIPlugins []*CSIPluginConfig `hcl:"csi_plugin,block"`
+}
+
+// CSIPluginConfig is a client's csi_plugin block.
+type CSIPluginConfig struct {
+	ID string `hcl:"id,label"`
+	// Type is controller, node or monolith.
+	Type string `hcl:"type"`
+	// Socket is the absolute path of the plugin's unix socket.
+	Socket string `hcl:"socket"`
 }
 
 // DefaultConfig is the configuration before any file or flag.
@@ -259,6 +271,7 @@ func (c *Config) Merge(o *Config) *Config {
 		cl.Enabled = cl.Enabled || o.Client.Enabled
 		cl.Servers = append(append([]string(nil), cl.Servers...), o.Client.Servers...)
 		setStr(&cl.NodeClass, o.Client.NodeClass)
+		cl.CSIPlugins = append(append([]*CSIPluginConfig(nil), cl.CSIPlugins...), o.Client.CSIPlugins...)
 		if o.Client.Meta != nil {
 			m := make(map[string]string, len(cl.Meta)+len(o.Client.Meta))
 			for k, v := range cl.Meta {

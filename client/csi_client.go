@@ -1,0 +1,40 @@
+package client
+
+import (
+	"fmt"
+	"slices"
+)
+
+// setupCSI starts the CSI plugin manager with the configured plugins and
+// registers the ClientCSI service servers call.
+func (c *Client) setupCSI() error {
+	c.csi = newCSIManager(csiManagerConfig{
+		FingerprintInterval:   c.config.CSIFingerprintInterval,
+		ControllerCallTimeout: c.config.CSIControllerCallTimeout,
+		OnChange:              c.triggerNodeUpdate,
+		Logger:                c.logger,
+	})
+	// TODO(csi claims): set Claim (CSIVolume.Claim over RPC) and Release,
+	// then make this the default VolumeHook when config.VolumeHook is nil.
+	c.csiVolumes = newCSIVolumeManager(csiVolumeManagerConfig{
+		DataDir: c.config.DataDir,
+		Plugins: c.csi,
+		Logger:  c.logger,
+	})
+	ids := make([]string, 0, len(c.config.CSIPlugins))
+	for id := range c.config.CSIPlugins {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		if err := c.csi.AddPlugin(c.config.CSIPlugins[id]); err != nil {
+			_ = c.csi.shutdown(c.shutdownCtx)
+			return fmt.Errorf("client: %w", err)
+		}
+	}
+	if err := c.RegisterRPC("ClientCSI", &ClientCSI{mgr: c.csi, vols: c.csiVolumes}); err != nil {
+		_ = c.csi.shutdown(c.shutdownCtx)
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,446 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"sync"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/roamhq/roam/structs"
+)
+
+// csiFingerprintTimeout bounds each fingerprint, so a hung plugin is
+// reported unhealthy instead of stalling its loop.
+const csiFingerprintTimeout = 10 * time.Second
+
+// errCSIManagerShutdown is returned by calls made after the manager stopped.
+var errCSIManagerShutdown = errors.New("csi plugin manager shut down")
+
+// csiManagerConfig configures a csiManager.
+type csiManagerConfig struct {
+	// FingerprintInterval is the time between fingerprints of a plugin.
+	FingerprintInterval time.Duration
+	// ControllerCallTimeout bounds each controller call on its lane.
+	ControllerCallTimeout time.Duration
+	// OnChange is called, without locks held, after a fingerprint changed
+	// what the node reports (health, capabilities, node info) or a plugin
+	// was removed. The client re-registers at once.
+	OnChange func()
+	Logger   hclog.Logger
+}
+
+// csiManager keeps the CSI plugins this client talks to: it fingerprints
+// each one, holds what the node reports about them, and owns each plugin's
+// controller lane.
+type csiManager struct {
+	cfg    csiManagerConfig
+	logger hclog.Logger
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	// mu guards plugins and closed.
+	mu      sync.Mutex
+	plugins map[string]*csiManagedPlugin
+	closed  bool
+}
+
+// csiManagedPlugin is one plugin: its connection, lane and latest
+// fingerprint.
+type csiManagedPlugin struct {
+	cfg    CSIPluginConfig
+	client *csiPluginClient
+	lane   *csiLane // nil unless the plugin serves the controller here
+	cancel context.CancelFunc
+	done   chan struct{} // closed when the fingerprint loop has returned
+
+	// mu guards the fingerprint below.
+	mu         sync.Mutex
+	controller *structs.CSIInfo
+	node       *structs.CSIInfo
+}
+
+func newCSIManager(cfg csiManagerConfig) *csiManager {
+	if cfg.Logger == nil {
+		cfg.Logger = hclog.NewNullLogger()
+	}
+	if cfg.OnChange == nil {
+		cfg.OnChange = func() {}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &csiManager{
+		cfg:     cfg,
+		logger:  cfg.Logger.Named("csi"),
+		ctx:     ctx,
+		cancel:  cancel,
+		plugins: map[string]*csiManagedPlugin{},
+	}
+}
+
+// AddPlugin starts managing a plugin: it is fingerprinted at once and then
+// every FingerprintInterval. Configured plugins come through here, and
+// plugins started by tasks will too. A plugin ID may be added once.
+func (m *csiManager) AddPlugin(cfg *CSIPluginConfig) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	client, err := dialCSIPlugin(cfg.Socket)
+	if err != nil {
+		return fmt.Errorf("csi plugin %q: %w", cfg.ID, err)
+	}
+	ctx, cancel := context.WithCancel(m.ctx)
+	p := &csiManagedPlugin{
+		cfg:    *cfg,
+		client: client,
+		cancel: cancel,
+		done:   make(chan struct{}),
+	}
+	logger := m.logger.With("plugin_id", cfg.ID)
+	if cfg.hasController() {
+		p.lane = newCSILane(logger)
+	}
+
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		cancel()
+		_ = client.close()
+		return errCSIManagerShutdown
+	}
+	if _, ok := m.plugins[cfg.ID]; ok {
+		m.mu.Unlock()
+		cancel()
+		_ = client.close()
+		return fmt.Errorf("csi plugin %q is already managed", cfg.ID)
+	}
+	m.plugins[cfg.ID] = p
+	// Counted under mu: shutdown, which sets closed under mu, cannot have
+	// started waiting yet.
+	m.wg.Add(1)
+	if p.lane != nil {
+		m.wg.Add(1)
+		go func() {
+			defer m.wg.Done()
+			p.lane.run(ctx)
+		}()
+	}
+	m.mu.Unlock()
+
+	go func() {
+		defer m.wg.Done()
+		defer close(p.done)
+		m.fingerprintLoop(ctx, p, logger)
+	}()
+	logger.Info("managing csi plugin", "type", cfg.Type, "socket", cfg.Socket)
+	return nil
+}
+
+// RemovePlugin stops managing a plugin. A controller call already running
+// on its lane finishes first; queued ones fail with ErrCSIPluginNotFound.
+func (m *csiManager) RemovePlugin(id string) error {
+	m.mu.Lock()
+	p, ok := m.plugins[id]
+	delete(m.plugins, id)
+	m.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("%w: %q", structs.ErrCSIPluginNotFound, id)
+	}
+	p.cancel()
+	<-p.done
+	if p.lane != nil {
+		<-p.lane.stopped
+	}
+	err := p.client.close()
+	m.cfg.OnChange()
+	if err != nil {
+		return fmt.Errorf("csi plugin %q: close: %w", id, err)
+	}
+	return nil
+}
+
+// plugin returns the managed plugin with id, or an error wrapping
+// ErrCSIPluginNotFound.
+func (m *csiManager) plugin(id string) (*csiManagedPlugin, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return nil, errCSIManagerShutdown
+	}
+	p, ok := m.plugins[id]
+	if !ok {
+		return nil, fmt.Errorf("%w: %q", structs.ErrCSIPluginNotFound, id)
+	}
+	return p, nil
+}
+
+// controllerPlugin returns a plugin that serves the controller service.
+func (m *csiManager) controllerPlugin(id string) (*csiManagedPlugin, error) {
+	p, err := m.plugin(id)
+	if err != nil {
+		return nil, err
+	}
+	if p.lane == nil {
+		return nil, fmt.Errorf("%w: %q has no controller here (type %s)", structs.ErrCSIPluginNotFound, id, p.cfg.Type)
+	}
+	return p, nil
+}
+
+// nodePlugin returns a plugin that serves the node service.
+func (m *csiManager) nodePlugin(id string) (*csiManagedPlugin, error) {
+	p, err := m.plugin(id)
+	if err != nil {
+		return nil, err
+	}
+	if !p.cfg.hasNode() {
+		return nil, fmt.Errorf("%w: %q has no node service here (type %s)", structs.ErrCSIPluginNotFound, id, p.cfg.Type)
+	}
+	return p, nil
+}
+
+// controllerCall runs fn on the plugin's controller lane: after every call
+// queued before it, with a context the caller's cancellation does not cut
+// and bounded by ControllerCallTimeout. A caller that gives up gets its
+// context's error, while a call already started finishes on the client
+// before the next one for the plugin starts.
+func (m *csiManager) controllerCall(ctx context.Context, pluginID, method string, fn func(context.Context, *csiPluginClient) error) error {
+	p, err := m.controllerPlugin(pluginID)
+	if err != nil {
+		return err
+	}
+	return p.lane.do(ctx, method, m.cfg.ControllerCallTimeout, func(ctx context.Context) error {
+		return fn(ctx, p.client)
+	})
+}
+
+// Infos returns copies of the controller and node fingerprints by plugin
+// ID, for the node the client registers.
+func (m *csiManager) Infos() (controllers, nodes map[string]*structs.CSIInfo) {
+	m.mu.Lock()
+	plugins := make([]*csiManagedPlugin, 0, len(m.plugins))
+	for _, p := range m.plugins {
+		plugins = append(plugins, p)
+	}
+	m.mu.Unlock()
+	controllers = map[string]*structs.CSIInfo{}
+	nodes = map[string]*structs.CSIInfo{}
+	for _, p := range plugins {
+		p.mu.Lock()
+		if p.controller != nil {
+			controllers[p.cfg.ID] = copyCSIInfo(p.controller)
+		}
+		if p.node != nil {
+			nodes[p.cfg.ID] = copyCSIInfo(p.node)
+		}
+		p.mu.Unlock()
+	}
+	return controllers, nodes
+}
+
+func (m *csiManager) fingerprintLoop(ctx context.Context, p *csiManagedPlugin, logger hclog.Logger) {
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if m.fingerprint(ctx, p, logger) && ctx.Err() == nil {
+			m.cfg.OnChange()
+		}
+		t.Reset(m.cfg.FingerprintInterval)
+	}
+}
+
+// fingerprint asks the plugin who it is and what it can do, stores the
+// result and reports whether it changed anything the servers see.
+func (m *csiManager) fingerprint(ctx context.Context, p *csiManagedPlugin, logger hclog.Logger) bool {
+	ctx, cancel := context.WithTimeout(ctx, csiFingerprintTimeout)
+	defer cancel()
+
+	base := &structs.CSIInfo{PluginID: p.cfg.ID, UpdateTime: time.Now()}
+	err := func() error {
+		info, err := p.client.GetPluginInfo(ctx)
+		if err != nil {
+			return err
+		}
+		base.Provider, base.ProviderVersion = info.GetName(), info.GetVendorVersion()
+		caps, err := p.client.GetPluginCapabilities(ctx)
+		if err != nil {
+			return err
+		}
+		base.RequiresControllerPlugin = requiresController(caps)
+		ready, err := p.client.Probe(ctx)
+		if err != nil {
+			return err
+		}
+		if !ready {
+			return errors.New("plugin probe: not ready")
+		}
+		return nil
+	}()
+
+	var ctrl, node *structs.CSIInfo
+	if p.cfg.hasController() {
+		ctrl = copyCSIInfo(base)
+		cerr := err
+		if cerr == nil {
+			var resp *csi.ControllerGetCapabilitiesResponse
+			resp, cerr = p.client.ControllerGetCapabilities(ctx)
+			if cerr == nil {
+				ctrl.ControllerInfo = csiControllerInfo(resp)
+			}
+		}
+		setHealth(ctrl, cerr)
+	}
+	if p.cfg.hasNode() {
+		node = copyCSIInfo(base)
+		nerr := err
+		if nerr == nil {
+			var info *structs.CSINodeInfo
+			info, nerr = fetchNodeInfo(ctx, p.client)
+			if nerr == nil {
+				node.NodeInfo = info
+			}
+		}
+		setHealth(node, nerr)
+	}
+
+	p.mu.Lock()
+	changed := csiInfoChanged(p.controller, ctrl) || csiInfoChanged(p.node, node)
+	// An unhealthy plugin keeps its last known description: what it was is
+	// still the best account of what it is.
+	keepKnown(ctrl, p.controller)
+	keepKnown(node, p.node)
+	p.controller, p.node = ctrl, node
+	p.mu.Unlock()
+
+	if changed {
+		if err := errors.Join(healthErr(ctrl), healthErr(node)); err != nil {
+			logger.Warn("csi plugin unhealthy", "error", err)
+		} else {
+			logger.Info("csi plugin healthy")
+		}
+	}
+	return changed
+}
+
+func fetchNodeInfo(ctx context.Context, c *csiPluginClient) (*structs.CSINodeInfo, error) {
+	info, err := c.NodeGetInfo(ctx)
+	if err != nil {
+		return nil, err
+	}
+	caps, err := c.NodeGetCapabilities(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &structs.CSINodeInfo{
+		ID:                      info.GetNodeId(),
+		MaxVolumes:              info.GetMaxVolumesPerNode(),
+		RequiresNodeStageVolume: nodeRequiresStage(caps),
+	}, nil
+}
+
+func setHealth(info *structs.CSIInfo, err error) {
+	if err != nil {
+		info.Healthy = false
+		info.HealthDescription = err.Error()
+		return
+	}
+	info.Healthy = true
+	info.HealthDescription = "healthy"
+}
+
+func healthErr(info *structs.CSIInfo) error {
+	if info == nil || info.Healthy {
+		return nil
+	}
+	return errors.New(info.HealthDescription)
+}
+
+// keepKnown fills what a failed fingerprint could not learn from the last
+// one.
+func keepKnown(next, prev *structs.CSIInfo) {
+	if next == nil || prev == nil || next.Healthy {
+		return
+	}
+	if next.Provider == "" {
+		next.Provider, next.ProviderVersion = prev.Provider, prev.ProviderVersion
+		next.RequiresControllerPlugin = prev.RequiresControllerPlugin
+	}
+	if next.ControllerInfo == nil {
+		next.ControllerInfo = prev.ControllerInfo
+	}
+	if next.NodeInfo == nil {
+		next.NodeInfo = prev.NodeInfo
+	}
+}
+
+// csiInfoChanged reports whether next differs from prev in anything but
+// the update time and the wording of its health description.
+func csiInfoChanged(prev, next *structs.CSIInfo) bool {
+	if prev == nil || next == nil {
+		return prev != next
+	}
+	if prev.Healthy != next.Healthy {
+		return true
+	}
+	if !next.Healthy {
+		// An unhealthy fingerprint keeps the old description; only its
+		// health is news.
+		return false
+	}
+	a, b := *prev, *next
+	a.UpdateTime, b.UpdateTime = time.Time{}, time.Time{}
+	a.HealthDescription, b.HealthDescription = "", ""
+	return !reflect.DeepEqual(a, b)
+}
+
+func copyCSIInfo(i *structs.CSIInfo) *structs.CSIInfo {
+	if i == nil {
+		return nil
+	}
+	c := *i
+	if i.ControllerInfo != nil {
+		x := *i.ControllerInfo
+		c.ControllerInfo = &x
+	}
+	if i.NodeInfo != nil {
+		x := *i.NodeInfo
+		c.NodeInfo = &x
+	}
+	return &c
+}
+
+// shutdown stops fingerprinting, fails queued controller calls and waits,
+// up to ctx, for calls already running on a lane. Safe to call twice.
+func (m *csiManager) shutdown(ctx context.Context) error {
+	m.mu.Lock()
+	m.closed = true
+	// Taken, so that RemovePlugin and a second shutdown close nothing twice.
+	plugins := m.plugins
+	m.plugins = map[string]*csiManagedPlugin{}
+	m.mu.Unlock()
+	m.cancel()
+
+	done := make(chan struct{})
+	go func() { m.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return fmt.Errorf("csi plugin manager shutdown: %w", ctx.Err())
+	}
+	var errs []error
+	for id, p := range plugins {
+		if err := p.client.close(); err != nil {
+			errs = append(errs, fmt.Errorf("csi plugin %q: close: %w", id, err))
+		}
+	}
+	return errors.Join(errs...)
+}

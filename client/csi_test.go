@@ -1,0 +1,491 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/hashicorp/go-hclog"
+	"github.com/shoenig/test/must"
+	"github.com/shoenig/test/wait"
+
+	"github.com/roamhq/roam/plugins/csi/hostpath"
+	"github.com/roamhq/roam/structs"
+)
+
+// testHostpath starts a built-in plugin process on a socket in a temp dir
+// and stops it when the test ends.
+func testHostpath(t *testing.T, mode hostpath.Mode, nodeID, stateDir string, fn func(*hostpath.Config)) *hostpath.Plugin {
+	t.Helper()
+	cfg := hostpath.DefaultConfig()
+	cfg.Mode = mode
+	cfg.NodeID = nodeID
+	cfg.StateDir = stateDir
+	cfg.Endpoint = "unix://" + filepath.Join(t.TempDir(), "csi.sock")
+	cfg.Logger = hclog.New(&hclog.LoggerOptions{Name: nodeID, Level: hclog.Error})
+	if fn != nil {
+		fn(cfg)
+	}
+	p, err := hostpath.New(cfg)
+	must.NoError(t, err)
+	must.NoError(t, p.Start())
+	t.Cleanup(func() { _ = p.Stop(context.Background()) })
+	return p
+}
+
+// testCSIManager starts a manager with fast timers, counting OnChange.
+func testCSIManager(t *testing.T, changes *atomic.Int64) *csiManager {
+	t.Helper()
+	m := newCSIManager(csiManagerConfig{
+		FingerprintInterval:   50 * time.Millisecond,
+		ControllerCallTimeout: 30 * time.Second,
+		OnChange: func() {
+			if changes != nil {
+				changes.Add(1)
+			}
+		},
+		Logger: hclog.New(&hclog.LoggerOptions{Name: t.Name(), Level: hclog.Warn}),
+	})
+	t.Cleanup(func() { must.NoError(t, m.shutdown(context.Background())) })
+	return m
+}
+
+func addPlugin(t *testing.T, m *csiManager, id, typ string, p *hostpath.Plugin) {
+	t.Helper()
+	must.NoError(t, m.AddPlugin(&CSIPluginConfig{ID: id, Type: typ, Socket: p.Endpoint()}))
+}
+
+// waitCSI waits until the manager's fingerprints satisfy ok.
+func waitCSI(t *testing.T, m *csiManager, desc string, ok func(ctrl, node map[string]*structs.CSIInfo) bool) {
+	t.Helper()
+	must.Wait(t, wait.InitialSuccess(
+		wait.BoolFunc(func() bool { return ok(m.Infos()) }),
+		wait.Timeout(10*time.Second),
+		wait.Gap(10*time.Millisecond),
+	), must.Sprint(desc))
+}
+
+func healthy(infos map[string]*structs.CSIInfo, id string) bool {
+	return infos[id] != nil && infos[id].Healthy
+}
+
+// hostpathState is the part of the plugin's state.json the tests read.
+type hostpathState struct {
+	Nodes map[string]struct {
+		Attachments map[string]struct {
+			Device string `json:"device"`
+		} `json:"attachments"`
+		Staged    map[string]string         `json:"staged"`
+		Published map[string]map[string]any `json:"published"`
+	} `json:"nodes"`
+}
+
+func readHostpathState(t *testing.T, stateDir string) *hostpathState {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(stateDir, "state.json"))
+	must.NoError(t, err)
+	var st hostpathState
+	must.NoError(t, json.Unmarshal(b, &st))
+	return &st
+}
+
+// createVolume creates a volume through the handler and returns its ID.
+func createVolume(t *testing.T, ep *ClientCSI, pluginID, name string) string {
+	t.Helper()
+	var resp structs.ClientCSIControllerCreateVolumeResponse
+	must.NoError(t, ep.ControllerCreateVolume(&structs.ClientCSIControllerCreateVolumeRequest{
+		PluginID: pluginID,
+		Name:     name,
+		Capabilities: []*structs.CSIVolumeCapability{{
+			AccessMode: structs.CSIAccessModeSingleNodeWriter, AttachmentMode: structs.CSIAttachmentModeFilesystem,
+		}},
+		CapacityMin: 1 << 20,
+	}, &resp))
+	must.NotEq(t, "", resp.ExternalVolumeID)
+	return resp.ExternalVolumeID
+}
+
+func attachRequest(pluginID, volID, nodeID string) *structs.ClientCSIControllerAttachVolumeRequest {
+	return &structs.ClientCSIControllerAttachVolumeRequest{
+		PluginID:        pluginID,
+		VolumeID:        volID,
+		ClientCSINodeID: nodeID,
+		AccessMode:      structs.CSIAccessModeSingleNodeWriter,
+		AttachmentMode:  structs.CSIAttachmentModeFilesystem,
+	}
+}
+
+func TestCSIManager_FingerprintMonolith(t *testing.T) {
+	p := testHostpath(t, hostpath.ModeMonolith, "node-a", t.TempDir(), func(c *hostpath.Config) { c.MaxVolumesPerNode = 7 })
+	var changes atomic.Int64
+	m := testCSIManager(t, &changes)
+	addPlugin(t, m, "hp", CSIPluginTypeMonolith, p)
+
+	waitCSI(t, m, "controller and node healthy", func(ctrl, node map[string]*structs.CSIInfo) bool {
+		return healthy(ctrl, "hp") && healthy(node, "hp")
+	})
+	ctrl, node := m.Infos()
+	c := ctrl["hp"]
+	must.Eq(t, hostpath.PluginName, c.Provider)
+	must.True(t, c.RequiresControllerPlugin)
+	must.NotNil(t, c.ControllerInfo)
+	must.True(t, c.ControllerInfo.SupportsAttachDetach)
+	must.True(t, c.ControllerInfo.SupportsCreateDelete)
+	n := node["hp"]
+	must.NotNil(t, n.NodeInfo)
+	must.Eq(t, &structs.CSINodeInfo{ID: "node-a", MaxVolumes: 7, RequiresNodeStageVolume: true}, n.NodeInfo)
+	must.Positive(t, changes.Load())
+
+	// Nothing changes on later fingerprints, so nothing is reported.
+	before := changes.Load()
+	waitCSI(t, m, "a later fingerprint", func(ctrl, _ map[string]*structs.CSIInfo) bool {
+		return ctrl["hp"].UpdateTime.After(c.UpdateTime)
+	})
+	must.Eq(t, before, changes.Load())
+}
+
+func TestCSIManager_SplitControllerAndNode(t *testing.T) {
+	stateDir := t.TempDir()
+	ctrlPlugin := testHostpath(t, hostpath.ModeController, "ctrl", stateDir, nil)
+	nodePlugin := testHostpath(t, hostpath.ModeNode, "node-b", stateDir, nil)
+	ctrlMgr := testCSIManager(t, nil)
+	nodeMgr := testCSIManager(t, nil)
+	addPlugin(t, ctrlMgr, "hp", CSIPluginTypeController, ctrlPlugin)
+	addPlugin(t, nodeMgr, "hp", CSIPluginTypeNode, nodePlugin)
+
+	waitCSI(t, ctrlMgr, "controller healthy", func(ctrl, node map[string]*structs.CSIInfo) bool {
+		return healthy(ctrl, "hp") && len(node) == 0
+	})
+	waitCSI(t, nodeMgr, "node healthy", func(ctrl, node map[string]*structs.CSIInfo) bool {
+		return healthy(node, "hp") && len(ctrl) == 0
+	})
+	_, node := nodeMgr.Infos()
+	must.Eq(t, "node-b", node["hp"].NodeInfo.ID)
+	must.True(t, node["hp"].NodeInfo.RequiresNodeStageVolume)
+
+	// The controller on one client attaches to the node on the other.
+	ep := &ClientCSI{mgr: ctrlMgr}
+	vol := createVolume(t, ep, "hp", "split-vol")
+	var resp structs.ClientCSIControllerAttachVolumeResponse
+	must.NoError(t, ep.ControllerAttachVolume(attachRequest("hp", vol, "node-b"), &resp))
+	must.Eq(t, "/dev/roam00", resp.PublishContext["device"])
+
+	// A node-only plugin has no controller lane.
+	err := (&ClientCSI{mgr: nodeMgr}).ControllerAttachVolume(attachRequest("hp", vol, "node-b"), &resp)
+	must.ErrorIs(t, err, structs.ErrCSIPluginNotFound)
+}
+
+func TestClient_CSIPluginHealthReachesServerAtOnce(t *testing.T) {
+	p := testHostpath(t, hostpath.ModeMonolith, "node-c", t.TempDir(), nil)
+	srv := testServer(t, nil)
+	cfg := testClientConfig(t, srv.Addr())
+	cfg.CSIFingerprintInterval = 50 * time.Millisecond
+	cfg.CSIPlugins = map[string]*CSIPluginConfig{
+		"hp": {ID: "hp", Type: CSIPluginTypeMonolith, Socket: p.Endpoint()},
+	}
+	c := testClient(t, cfg)
+	waitRegistered(t, c)
+
+	node := waitForNode(t, srv, c.NodeID(), 10*time.Second, "csi plugin healthy", func(n *structs.Node) bool {
+		return n != nil && n.CSINodePlugins["hp"] != nil && n.CSINodePlugins["hp"].Healthy &&
+			n.CSIControllerPlugins["hp"] != nil && n.CSIControllerPlugins["hp"].Healthy
+	})
+	must.Eq(t, int64(16), node.CSINodePlugins["hp"].NodeInfo.MaxVolumes)
+	must.True(t, node.CSINodePlugins["hp"].NodeInfo.RequiresNodeStageVolume)
+
+	// Heartbeats do not carry the node; only a re-register can get this
+	// to the server.
+	must.NoError(t, p.Stop(context.Background()))
+	node = waitForNode(t, srv, c.NodeID(), 10*time.Second, "csi plugin unhealthy", func(n *structs.Node) bool {
+		return n != nil && n.CSINodePlugins["hp"] != nil && !n.CSINodePlugins["hp"].Healthy
+	})
+	must.False(t, node.CSIControllerPlugins["hp"].Healthy)
+	must.Eq(t, "node-c", node.CSINodePlugins["hp"].NodeInfo.ID, must.Sprint("last known node info kept"))
+}
+
+func TestClientCSI_ControllerAttachVolume(t *testing.T) {
+	dir := t.TempDir()
+	p := testHostpath(t, hostpath.ModeMonolith, "node-d", dir, nil)
+	m := testCSIManager(t, nil)
+	addPlugin(t, m, "hp", CSIPluginTypeMonolith, p)
+	ep := &ClientCSI{mgr: m}
+
+	vol := createVolume(t, ep, "hp", "vol-1")
+	var resp structs.ClientCSIControllerAttachVolumeResponse
+	must.NoError(t, ep.ControllerAttachVolume(attachRequest("hp", vol, "node-d"), &resp))
+	must.Eq(t, map[string]string{"device": "/dev/roam00"}, resp.PublishContext)
+
+	// Errors arrive translated once, and survive a trip over RPC as text.
+	err := ep.ControllerAttachVolume(attachRequest("hp", "no-such-volume", "node-d"), &resp)
+	must.ErrorIs(t, err, structs.ErrCSINotFound)
+	must.ErrorIs(t, structs.FromRPCError(errors.New(err.Error())), structs.ErrCSINotFound)
+
+	var detach structs.ClientCSIControllerDetachVolumeResponse
+	must.NoError(t, ep.ControllerDetachVolume(&structs.ClientCSIControllerDetachVolumeRequest{
+		PluginID: "hp", VolumeID: vol, ClientCSINodeID: "node-d",
+	}, &detach))
+	must.MapEmpty(t, readHostpathState(t, dir).Nodes["node-d"].Attachments)
+}
+
+func TestClientCSI_UnknownPlugin(t *testing.T) {
+	m := testCSIManager(t, nil)
+	ep := &ClientCSI{mgr: m}
+	var resp structs.ClientCSIControllerAttachVolumeResponse
+	err := ep.ControllerAttachVolume(attachRequest("nope", "v", "n"), &resp)
+	must.ErrorIs(t, err, structs.ErrCSIPluginNotFound)
+	must.ErrorIs(t, structs.FromRPCError(errors.New(err.Error())), structs.ErrCSIPluginNotFound)
+	var snaps structs.ClientCSIControllerListSnapshotsResponse
+	must.ErrorIs(t, ep.ControllerListSnapshots(&structs.ClientCSIControllerListSnapshotsRequest{PluginID: "nope"}, &snaps),
+		structs.ErrCSIPluginNotFound)
+	var detach structs.ClientCSINodeDetachVolumeResponse
+	must.ErrorIs(t, ep.NodeDetachVolume(&structs.ClientCSINodeDetachVolumeRequest{PluginID: "nope"}, &detach),
+		structs.ErrCSIPluginNotFound)
+}
+
+// attachConcurrently attaches n fresh volumes to nodeID at once with attach
+// and fails the test on any error.
+func attachConcurrently(t *testing.T, vols []string, attach func(vol string) error) {
+	t.Helper()
+	var wg sync.WaitGroup
+	errs := make(chan error, len(vols))
+	for _, v := range vols {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs <- attach(v)
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		must.NoError(t, err)
+	}
+}
+
+func TestClientCSI_LaneSerializesControllerCalls(t *testing.T) {
+	const n = 20
+	latency := func(c *hostpath.Config) {
+		c.PublishLatency = 20 * time.Millisecond
+		c.MaxVolumesPerNode = 2 * n
+	}
+
+	// Through the handler: the lane lets one call at a time reach the plugin.
+	dir := t.TempDir()
+	p := testHostpath(t, hostpath.ModeMonolith, "node-e", dir, latency)
+	m := testCSIManager(t, nil)
+	addPlugin(t, m, "hp", CSIPluginTypeMonolith, p)
+	ep := &ClientCSI{mgr: m}
+	vols := make([]string, n)
+	for i := range vols {
+		vols[i] = createVolume(t, ep, "hp", fmt.Sprintf("lane-%d", i))
+	}
+	attachConcurrently(t, vols, func(vol string) error {
+		var resp structs.ClientCSIControllerAttachVolumeResponse
+		return ep.ControllerAttachVolume(attachRequest("hp", vol, "node-e"), &resp)
+	})
+	overlaps, err := hostpath.ReadOverlaps(dir, "node-e")
+	must.NoError(t, err)
+	must.Eq(t, int64(0), overlaps)
+	calls, err := hostpath.ReadCalls(dir, "node-e")
+	must.NoError(t, err)
+	must.Eq(t, int64(n), calls["ControllerPublishVolume"])
+
+	// Control: the same calls straight to a plugin overlap, so the detector
+	// would have caught a lane that let them through.
+	cdir := t.TempDir()
+	cp := testHostpath(t, hostpath.ModeMonolith, "node-f", cdir, latency)
+	cm := testCSIManager(t, nil)
+	addPlugin(t, cm, "hp", CSIPluginTypeMonolith, cp)
+	cep := &ClientCSI{mgr: cm}
+	cvols := make([]string, n)
+	for i := range cvols {
+		cvols[i] = createVolume(t, cep, "hp", fmt.Sprintf("direct-%d", i))
+	}
+	direct, err := dialCSIPlugin(cp.Endpoint())
+	must.NoError(t, err)
+	t.Cleanup(func() { _ = direct.close() })
+	vc, err := csiVolumeCapability(structs.CSIAccessModeSingleNodeWriter, structs.CSIAttachmentModeFilesystem, nil)
+	must.NoError(t, err)
+	attachConcurrently(t, cvols, func(vol string) error {
+		_, err := direct.ControllerPublishVolume(context.Background(), &csi.ControllerPublishVolumeRequest{
+			VolumeId: vol, NodeId: "node-f", VolumeCapability: vc,
+		})
+		return err
+	})
+	overlaps, err = hostpath.ReadOverlaps(cdir, "node-f")
+	must.NoError(t, err)
+	must.Positive(t, overlaps)
+}
+
+func TestClientCSI_CallerCancelDoesNotCutCall(t *testing.T) {
+	dir := t.TempDir()
+	p := testHostpath(t, hostpath.ModeMonolith, "node-g", dir, func(c *hostpath.Config) {
+		c.PublishLatency = 300 * time.Millisecond
+	})
+	m := testCSIManager(t, nil)
+	addPlugin(t, m, "hp", CSIPluginTypeMonolith, p)
+	ep := &ClientCSI{mgr: m}
+	vol := createVolume(t, ep, "hp", "cancelled")
+	vol2 := createVolume(t, ep, "hp", "next")
+
+	ctx, cancel := context.WithCancel(context.Background())
+	errCh := make(chan error, 1)
+	go func() {
+		var resp structs.ClientCSIControllerAttachVolumeResponse
+		errCh <- ep.controllerAttachVolume(ctx, attachRequest("hp", vol, "node-g"), &resp)
+	}()
+	// Cancel once the call has reached the plugin, as a departing leader's
+	// session would end mid-call.
+	must.Wait(t, wait.InitialSuccess(wait.BoolFunc(func() bool {
+		calls, err := hostpath.ReadCalls(dir, "node-g")
+		return err == nil && calls["ControllerPublishVolume"] == 1
+	}), wait.Timeout(5*time.Second), wait.Gap(5*time.Millisecond)))
+	cancel()
+	err := <-errCh
+	must.ErrorIs(t, err, context.Canceled)
+	must.ErrorIs(t, err, structs.ErrCSIUnavailable)
+
+	// The next call for the plugin, from anyone, starts only after the
+	// first finished; by then the first volume is attached.
+	var resp structs.ClientCSIControllerAttachVolumeResponse
+	must.NoError(t, ep.ControllerAttachVolume(attachRequest("hp", vol2, "node-g"), &resp))
+	st := readHostpathState(t, dir)
+	must.Eq(t, "/dev/roam00", st.Nodes["node-g"].Attachments[vol].Device)
+	must.Eq(t, "/dev/roam01", st.Nodes["node-g"].Attachments[vol2].Device)
+	overlaps, err := hostpath.ReadOverlaps(dir, "node-g")
+	must.NoError(t, err)
+	must.Eq(t, int64(0), overlaps)
+}
+
+// testVolumeSetup is a controller plugin and a node plugin on one state
+// dir, a client's volume manager on the node plugin, and a claim function
+// that attaches through the controller as the server's claim will.
+type testVolumeSetup struct {
+	stateDir string
+	ep       *ClientCSI
+	vols     *csiVolumeManager
+	claims   atomic.Int64
+}
+
+func newTestVolumeSetup(t *testing.T) *testVolumeSetup {
+	t.Helper()
+	s := &testVolumeSetup{stateDir: t.TempDir()}
+	ctrlPlugin := testHostpath(t, hostpath.ModeController, "ctrl", s.stateDir, nil)
+	nodePlugin := testHostpath(t, hostpath.ModeNode, "node-h", s.stateDir, nil)
+	ctrlMgr := testCSIManager(t, nil)
+	addPlugin(t, ctrlMgr, "hp", CSIPluginTypeController, ctrlPlugin)
+	nodeMgr := testCSIManager(t, nil)
+	addPlugin(t, nodeMgr, "hp", CSIPluginTypeNode, nodePlugin)
+	s.ep = &ClientCSI{mgr: ctrlMgr}
+	s.vols = newCSIVolumeManager(csiVolumeManagerConfig{
+		DataDir: t.TempDir(),
+		Plugins: nodeMgr,
+		Claim: func(ctx context.Context, alloc *structs.Allocation, req *structs.VolumeRequest) (*CSIMountClaim, error) {
+			s.claims.Add(1)
+			var resp structs.ClientCSIControllerAttachVolumeResponse
+			areq := attachRequest("hp", req.Source, "node-h")
+			areq.AccessMode, areq.AttachmentMode = req.AccessMode, req.AttachmentMode
+			if err := s.ep.controllerAttachVolume(ctx, areq, &resp); err != nil {
+				return nil, err
+			}
+			return &CSIMountClaim{
+				Volume:         &structs.CSIVolume{ID: "roam-" + req.Source, ExternalID: req.Source, PluginID: "hp"},
+				PublishContext: resp.PublishContext,
+			}, nil
+		},
+		Logger: hclog.New(&hclog.LoggerOptions{Name: t.Name(), Level: hclog.Warn}),
+	})
+	return s
+}
+
+func volumeRequest(ext string) map[string]*structs.VolumeRequest {
+	return map[string]*structs.VolumeRequest{"data": {
+		Name: "data", Type: "csi", Source: ext,
+		AccessMode: structs.CSIAccessModeSingleNodeWriter, AttachmentMode: structs.CSIAttachmentModeFilesystem,
+	}}
+}
+
+func TestCSIVolumes_RoundTrip(t *testing.T) {
+	s := newTestVolumeSetup(t)
+	ext := createVolume(t, s.ep, "hp", "round-trip")
+	alloc := &structs.Allocation{ID: "alloc-1"}
+
+	paths, err := s.vols.Mount(context.Background(), alloc, volumeRequest(ext))
+	must.NoError(t, err)
+	must.Eq(t, filepath.Join(s.vols.cfg.DataDir, "csi", "hp", "per-alloc", "alloc-1", "roam-"+ext), paths["data"])
+	st := readHostpathState(t, s.stateDir).Nodes["node-h"]
+	must.Eq(t, filepath.Join(s.vols.cfg.DataDir, "csi", "hp", "staging", "roam-"+ext), st.Staged[ext])
+
+	// Data written through the published path lands in the volume.
+	must.NoError(t, os.WriteFile(filepath.Join(paths["data"], "hello.txt"), []byte("hi"), 0o644))
+	b, err := os.ReadFile(filepath.Join(s.stateDir, "volumes", ext, "hello.txt"))
+	must.NoError(t, err)
+	must.Eq(t, "hi", string(b))
+
+	must.NoError(t, s.vols.Unmount(context.Background(), alloc))
+	st = readHostpathState(t, s.stateDir).Nodes["node-h"]
+	must.MapEmpty(t, st.Staged)
+	must.MapEmpty(t, st.Published)
+	_, err = os.Lstat(paths["data"])
+	must.True(t, errors.Is(err, os.ErrNotExist))
+
+	// A second unmount has nothing left to do.
+	must.NoError(t, s.vols.Unmount(context.Background(), alloc))
+}
+
+func TestCSIVolumes_SharedVolumeUnstagesAfterLastUser(t *testing.T) {
+	s := newTestVolumeSetup(t)
+	ext := createVolume(t, s.ep, "hp", "shared")
+	a1, a2 := &structs.Allocation{ID: "alloc-1"}, &structs.Allocation{ID: "alloc-2"}
+
+	// Both mounts at once: operations on one volume take turns.
+	var wg sync.WaitGroup
+	for _, a := range []*structs.Allocation{a1, a2} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := s.vols.Mount(context.Background(), a, volumeRequest(ext))
+			must.NoError(t, err)
+		}()
+	}
+	wg.Wait()
+	st := readHostpathState(t, s.stateDir).Nodes["node-h"]
+	must.MapLen(t, 2, st.Published[ext])
+	must.MapContainsKey(t, st.Staged, ext)
+
+	must.NoError(t, s.vols.Unmount(context.Background(), a1))
+	st = readHostpathState(t, s.stateDir).Nodes["node-h"]
+	must.MapLen(t, 1, st.Published[ext])
+	must.MapContainsKey(t, st.Staged, ext, must.Sprint("still staged for the second allocation"))
+
+	must.NoError(t, s.vols.Unmount(context.Background(), a2))
+	st = readHostpathState(t, s.stateDir).Nodes["node-h"]
+	must.MapEmpty(t, st.Published)
+	must.MapEmpty(t, st.Staged)
+}
+
+func TestClientCSI_NodeDetachVolume(t *testing.T) {
+	s := newTestVolumeSetup(t)
+	ext := createVolume(t, s.ep, "hp", "detach")
+	alloc := &structs.Allocation{ID: "alloc-1"}
+	_, err := s.vols.Mount(context.Background(), alloc, volumeRequest(ext))
+	must.NoError(t, err)
+
+	ep := &ClientCSI{mgr: s.vols.cfg.Plugins, vols: s.vols}
+	req := &structs.ClientCSINodeDetachVolumeRequest{PluginID: "hp", VolumeID: "roam-" + ext, ExternalID: ext, AllocID: "alloc-1"}
+	var resp structs.ClientCSINodeDetachVolumeResponse
+	must.NoError(t, ep.NodeDetachVolume(req, &resp))
+	st := readHostpathState(t, s.stateDir).Nodes["node-h"]
+	must.MapEmpty(t, st.Published)
+	must.MapEmpty(t, st.Staged)
+	// Again, with no record left: NOT_FOUND and "not staged" count as done.
+	must.NoError(t, ep.NodeDetachVolume(req, &resp))
+}

@@ -1,0 +1,383 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/roamhq/roam/structs"
+)
+
+// CSIMountClaim is what the node needs from a volume claim to mount the
+// volume: the volume (plugin, external ID, context, secrets, options) and
+// the controller's publish context.
+type CSIMountClaim struct {
+	Volume *structs.CSIVolume
+	// PublishContext is the controller publish's result (empty for plugins
+	// without a controller).
+	PublishContext map[string]string
+	// AccessMode and AttachmentMode of the claim; empty means the group's
+	// volume request's.
+	AccessMode     string
+	AttachmentMode string
+}
+
+// CSIClaimFunc claims a group's volume for an allocation from the servers
+// and returns what mounting it needs. The servers' claim is where the
+// controller attach happens.
+type CSIClaimFunc func(ctx context.Context, alloc *structs.Allocation, req *structs.VolumeRequest) (*CSIMountClaim, error)
+
+// CSIReleaseFunc tells the servers the allocation no longer uses a volume
+// on this node (node unpublish done), so they may detach it.
+type CSIReleaseFunc func(ctx context.Context, alloc *structs.Allocation, volumeID string) error
+
+// csiVolumeManagerConfig configures a csiVolumeManager.
+type csiVolumeManagerConfig struct {
+	// DataDir is the client's data dir; mounts live under DataDir/csi.
+	DataDir string
+	Plugins *csiManager
+	Claim   CSIClaimFunc
+	// Release is optional.
+	Release CSIReleaseFunc
+	Logger  hclog.Logger
+}
+
+// csiVolumeManager mounts CSI volumes for allocations: NodeStageVolume
+// once per volume on the node (when the plugin asks for staging), then
+// NodePublishVolume per allocation, and the reverse when allocations stop.
+// Operations on one volume run one at a time.
+//
+// Paths, under DataDir/csi/<plugin>/:
+//
+//	staging/<volume>              the volume's staging path
+//	per-alloc/<alloc>/<volume>    an allocation's target path
+//
+// What is mounted is kept in memory only: a restarted client learns
+// nothing of earlier mounts, but NodeDetachVolume rebuilds the paths.
+type csiVolumeManager struct {
+	cfg    csiVolumeManagerConfig
+	logger hclog.Logger
+
+	// mu guards volumes and allocs, and each csiVolumeUse's refs.
+	mu      sync.Mutex
+	volumes map[string]*csiVolumeUse             // by plugin ID + "/" + volume ID
+	allocs  map[string]map[string]*csiAllocMount // alloc ID → volume name → mount
+}
+
+var _ VolumeHook = (*csiVolumeManager)(nil)
+
+// csiVolumeUse is one volume on this node. Holding sem is holding the
+// volume: staged and users are guarded by it.
+type csiVolumeUse struct {
+	sem  chan struct{} // capacity 1
+	refs int           // holders and waiters; guarded by csiVolumeManager.mu
+
+	staged bool
+	users  map[string]bool // alloc IDs it is published for
+}
+
+// csiAllocMount is one volume mounted for an allocation.
+type csiAllocMount struct {
+	PluginID   string
+	VolumeID   string
+	ExternalID string
+	Target     string
+}
+
+func newCSIVolumeManager(cfg csiVolumeManagerConfig) *csiVolumeManager {
+	if cfg.Logger == nil {
+		cfg.Logger = hclog.NewNullLogger()
+	}
+	return &csiVolumeManager{
+		cfg:     cfg,
+		logger:  cfg.Logger.Named("csi_volumes"),
+		volumes: map[string]*csiVolumeUse{},
+		allocs:  map[string]map[string]*csiAllocMount{},
+	}
+}
+
+func (m *csiVolumeManager) stagingPath(pluginID, volumeID string) string {
+	return filepath.Join(m.cfg.DataDir, "csi", pluginID, "staging", volumeID)
+}
+
+func (m *csiVolumeManager) targetPath(pluginID, allocID, volumeID string) string {
+	return filepath.Join(m.cfg.DataDir, "csi", pluginID, "per-alloc", allocID, volumeID)
+}
+
+// lock takes the volume for one operation; the returned func gives it back.
+func (m *csiVolumeManager) lock(ctx context.Context, pluginID, volumeID string) (*csiVolumeUse, func(), error) {
+	key := pluginID + "/" + volumeID
+	m.mu.Lock()
+	u := m.volumes[key]
+	if u == nil {
+		u = &csiVolumeUse{sem: make(chan struct{}, 1), users: map[string]bool{}}
+		m.volumes[key] = u
+	}
+	u.refs++
+	m.mu.Unlock()
+	unref := func() {
+		m.mu.Lock()
+		u.refs--
+		if u.refs == 0 && !u.staged && len(u.users) == 0 {
+			delete(m.volumes, key)
+		}
+		m.mu.Unlock()
+	}
+	select {
+	case u.sem <- struct{}{}:
+	case <-ctx.Done():
+		unref()
+		return nil, nil, fmt.Errorf("volume %s: waiting for another operation: %w", volumeID, ctx.Err())
+	}
+	return u, func() {
+		unref()
+		<-u.sem
+	}, nil
+}
+
+// Mount claims, stages and publishes each of the group's volumes and
+// returns their target paths by name. On failure it releases what it
+// mounted for the allocation.
+func (m *csiVolumeManager) Mount(ctx context.Context, alloc *structs.Allocation, volumes map[string]*structs.VolumeRequest) (map[string]string, error) {
+	paths := make(map[string]string, len(volumes))
+	names := make([]string, 0, len(volumes))
+	for name := range volumes {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		path, err := m.mountOne(ctx, alloc, name, volumes[name])
+		if err != nil {
+			// Undo with a context of our own: the caller's may be what
+			// ended the mount.
+			uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+			if uerr := m.Unmount(uctx, alloc); uerr != nil {
+				m.logger.Error("failed to release volumes after a failed mount", "alloc_id", alloc.ID, "error", uerr)
+			}
+			cancel()
+			return nil, fmt.Errorf("volume %q: %w", name, err)
+		}
+		paths[name] = path
+	}
+	return paths, nil
+}
+
+func (m *csiVolumeManager) mountOne(ctx context.Context, alloc *structs.Allocation, name string, req *structs.VolumeRequest) (string, error) {
+	if m.cfg.Claim == nil {
+		return "", errors.New("csi volumes: no way to claim volumes on this client")
+	}
+	claim, err := m.cfg.Claim(ctx, alloc, req)
+	if err != nil {
+		return "", fmt.Errorf("claim: %w", err)
+	}
+	vol := claim.Volume
+	if vol == nil {
+		return "", errors.New("claim returned no volume")
+	}
+	p, err := m.cfg.Plugins.nodePlugin(vol.PluginID)
+	if err != nil {
+		return "", err
+	}
+	access, attach := claim.AccessMode, claim.AttachmentMode
+	if access == "" {
+		access = req.AccessMode
+	}
+	if attach == "" {
+		attach = req.AttachmentMode
+	}
+	opts := req.MountOptions
+	if opts == nil {
+		opts = vol.MountOptions
+	}
+	vc, err := csiVolumeCapability(access, attach, opts)
+	if err != nil {
+		return "", err
+	}
+	caps, err := p.client.NodeGetCapabilities(ctx)
+	if err != nil {
+		return "", err
+	}
+	stage := nodeRequiresStage(caps)
+
+	u, unlock, err := m.lock(ctx, vol.PluginID, vol.ID)
+	if err != nil {
+		return "", err
+	}
+	defer unlock()
+
+	staging := ""
+	if stage {
+		staging = m.stagingPath(vol.PluginID, vol.ID)
+		if !u.staged {
+			if err := os.MkdirAll(staging, 0o700); err != nil {
+				return "", fmt.Errorf("create staging dir: %w", err)
+			}
+			_, err := p.client.NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{
+				VolumeId:          vol.ExternalID,
+				PublishContext:    claim.PublishContext,
+				StagingTargetPath: staging,
+				VolumeCapability:  vc,
+				Secrets:           vol.Secrets,
+				VolumeContext:     vol.Context,
+			})
+			if err != nil {
+				return "", err
+			}
+			u.staged = true
+			m.logger.Debug("staged volume", "volume_id", vol.ID, "plugin_id", vol.PluginID)
+		}
+	}
+
+	target := m.targetPath(vol.PluginID, alloc.ID, vol.ID)
+	// The plugin creates the target itself; its parent is ours.
+	if err := os.MkdirAll(filepath.Dir(target), 0o700); err != nil {
+		return "", fmt.Errorf("create alloc mount dir: %w", err)
+	}
+	_, err = p.client.NodePublishVolume(ctx, &csi.NodePublishVolumeRequest{
+		VolumeId:          vol.ExternalID,
+		PublishContext:    claim.PublishContext,
+		StagingTargetPath: staging,
+		TargetPath:        target,
+		VolumeCapability:  vc,
+		Readonly:          req.ReadOnly,
+		Secrets:           vol.Secrets,
+		VolumeContext:     vol.Context,
+	})
+	if err != nil {
+		// Staged with no user: leave it staged; the next unmount of the
+		// volume, or NodeDetachVolume, unstages it.
+		return "", err
+	}
+	u.users[alloc.ID] = true
+
+	m.mu.Lock()
+	if m.allocs[alloc.ID] == nil {
+		m.allocs[alloc.ID] = map[string]*csiAllocMount{}
+	}
+	m.allocs[alloc.ID][name] = &csiAllocMount{PluginID: vol.PluginID, VolumeID: vol.ID, ExternalID: vol.ExternalID, Target: target}
+	m.mu.Unlock()
+	m.logger.Debug("published volume", "volume_id", vol.ID, "alloc_id", alloc.ID, "target", target)
+	return target, nil
+}
+
+// Unmount unpublishes each of the allocation's volumes and unstages those
+// no other allocation here uses. Volumes it could not release stay
+// recorded, so a second Unmount retries them.
+func (m *csiVolumeManager) Unmount(ctx context.Context, alloc *structs.Allocation) error {
+	m.mu.Lock()
+	mounts := m.allocs[alloc.ID]
+	names := make([]string, 0, len(mounts))
+	for name := range mounts {
+		names = append(names, name)
+	}
+	m.mu.Unlock()
+	slices.Sort(names)
+
+	var errs []error
+	for _, name := range names {
+		mnt := mounts[name]
+		if err := m.unmountOne(ctx, alloc.ID, mnt, false); err != nil {
+			errs = append(errs, fmt.Errorf("volume %q: %w", name, err))
+			continue
+		}
+		m.mu.Lock()
+		delete(m.allocs[alloc.ID], name)
+		if len(m.allocs[alloc.ID]) == 0 {
+			delete(m.allocs, alloc.ID)
+		}
+		m.mu.Unlock()
+		if m.cfg.Release != nil {
+			if err := m.cfg.Release(ctx, alloc, mnt.VolumeID); err != nil {
+				errs = append(errs, fmt.Errorf("volume %q: release claim: %w", name, err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// unmountOne unpublishes mnt for allocID and unstages the volume if that
+// was its last user. NOT_FOUND from the plugin means already done. With
+// unknown set, the manager has no record of the mount (the client
+// restarted), so the volume is unstaged if nothing here uses it.
+func (m *csiVolumeManager) unmountOne(ctx context.Context, allocID string, mnt *csiAllocMount, unknown bool) error {
+	p, err := m.cfg.Plugins.nodePlugin(mnt.PluginID)
+	if err != nil {
+		return err
+	}
+	u, unlock, err := m.lock(ctx, mnt.PluginID, mnt.VolumeID)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+
+	_, err = p.client.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: mnt.ExternalID, TargetPath: mnt.Target})
+	if err != nil && !errors.Is(err, structs.ErrCSINotFound) {
+		return err
+	}
+	delete(u.users, allocID)
+	if len(u.users) > 0 || (!u.staged && !unknown) {
+		return nil
+	}
+	caps, err := p.client.NodeGetCapabilities(ctx)
+	if err != nil {
+		return err
+	}
+	if !nodeRequiresStage(caps) {
+		u.staged = false
+		return nil
+	}
+	_, err = p.client.NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{
+		VolumeId:          mnt.ExternalID,
+		StagingTargetPath: m.stagingPath(mnt.PluginID, mnt.VolumeID),
+	})
+	if err != nil && !errors.Is(err, structs.ErrCSINotFound) {
+		return err
+	}
+	u.staged = false
+	m.logger.Debug("unstaged volume", "volume_id", mnt.VolumeID, "plugin_id", mnt.PluginID)
+	return nil
+}
+
+// detach serves ClientCSI.NodeDetachVolume.
+func (m *csiVolumeManager) detach(ctx context.Context, args *structs.ClientCSINodeDetachVolumeRequest) error {
+	var (
+		mnt  *csiAllocMount
+		name string
+	)
+	m.mu.Lock()
+	for n, x := range m.allocs[args.AllocID] {
+		if x.PluginID == args.PluginID && x.VolumeID == args.VolumeID {
+			mnt, name = x, n
+		}
+	}
+	m.mu.Unlock()
+	unknown := mnt == nil
+	if unknown {
+		mnt = &csiAllocMount{
+			PluginID:   args.PluginID,
+			VolumeID:   args.VolumeID,
+			ExternalID: args.ExternalID,
+			Target:     m.targetPath(args.PluginID, args.AllocID, args.VolumeID),
+		}
+	}
+	if err := m.unmountOne(ctx, args.AllocID, mnt, unknown); err != nil {
+		return err
+	}
+	if !unknown {
+		m.mu.Lock()
+		delete(m.allocs[args.AllocID], name)
+		if len(m.allocs[args.AllocID]) == 0 {
+			delete(m.allocs, args.AllocID)
+		}
+		m.mu.Unlock()
+	}
+	return nil
+}

@@ -1,0 +1,44 @@
+package structs
+
+import "errors"
+
+// Errors of the CSI boundary. The client translates a plugin's gRPC status
+// code into one of these exactly once, where it calls the plugin; over RPC
+// they travel as messages and FromRPCError turns them back into values, so
+// servers compare them with errors.Is like any other sentinel.
+var (
+	// ErrCSIPluginNotFound means the client asked to serve a CSI call has
+	// no plugin with that ID (or none of the needed type). A server tries
+	// the next candidate client.
+	ErrCSIPluginNotFound = errors.New("csi plugin not on this client")
+	// ErrCSIInvalidArgument is INVALID_ARGUMENT or OUT_OF_RANGE: the request
+	// is wrong and will stay wrong.
+	ErrCSIInvalidArgument = errors.New("csi plugin: invalid argument")
+	// ErrCSINotFound is NOT_FOUND: the volume, snapshot or node does not
+	// exist in the storage provider.
+	ErrCSINotFound = errors.New("csi plugin: object not found")
+	// ErrCSIFailedPrecondition is FAILED_PRECONDITION: the provider's state
+	// forbids the call now (volume attached elsewhere, still published).
+	ErrCSIFailedPrecondition = errors.New("csi plugin: failed precondition")
+	// ErrCSIResourceExhausted is RESOURCE_EXHAUSTED: for example, the node
+	// has no room for another attachment.
+	ErrCSIResourceExhausted = errors.New("csi plugin: resource exhausted")
+	// ErrCSIAlreadyExists is ALREADY_EXISTS: the object exists with
+	// incompatible parameters.
+	ErrCSIAlreadyExists = errors.New("csi plugin: already exists with other parameters")
+	// ErrCSIUnimplemented is UNIMPLEMENTED: the plugin lacks the call.
+	ErrCSIUnimplemented = errors.New("csi plugin: call not implemented")
+	// ErrCSIUnavailable is UNAVAILABLE, DEADLINE_EXCEEDED, CANCELLED or
+	// ABORTED: the plugin could not be reached or did not finish; the call
+	// may be retried and may or may not have taken effect.
+	ErrCSIUnavailable = errors.New("csi plugin: unavailable")
+	// ErrCSIInternal is any other failure of the plugin.
+	ErrCSIInternal = errors.New("csi plugin: internal error")
+)
+
+// csiErrors are the CSI sentinels FromRPCError recognises. They come before
+// the generic ones in knownErrors: their messages are more specific.
+var csiErrors = []error{
+	ErrCSIPluginNotFound, ErrCSIInvalidArgument, ErrCSINotFound, ErrCSIFailedPrecondition,
+	ErrCSIResourceExhausted, ErrCSIAlreadyExists, ErrCSIUnimplemented, ErrCSIUnavailable, ErrCSIInternal,
+}

@@ -1,0 +1,24 @@
+package structs
+
+import (
+	"errors"
+	"fmt"
+	"net/rpc"
+	"testing"
+
+	"github.com/shoenig/test/must"
+)
+
+func TestFromRPCError_CSI(t *testing.T) {
+	for _, sentinel := range csiErrors {
+		msg := fmt.Errorf("csi ControllerPublishVolume: %w: volume v1", sentinel).Error()
+		got := FromRPCError(rpc.ServerError(msg))
+		must.ErrorIs(t, got, sentinel, must.Sprint(msg))
+		must.Eq(t, msg, got.Error())
+		must.False(t, IsRetryable(got))
+	}
+	// The CSI NOT_FOUND message contains the generic one; it must win.
+	got := FromRPCError(errors.New(ErrCSINotFound.Error()))
+	must.ErrorIs(t, got, ErrCSINotFound)
+	must.False(t, errors.Is(got, ErrNotFound))
+}

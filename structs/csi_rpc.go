@@ -1,0 +1,173 @@
+package structs
+
+// Requests and responses of the ClientCSI service, which servers call on a
+// client over its session to reach the CSI plugins running there. Every
+// controller call passes the client's per-plugin lane, so calls for one
+// plugin reach it one at a time whoever sends them.
+
+// CSIControllerQuery names the client whose controller plugin should serve
+// a request. The server routes on it; the client ignores it.
+type CSIControllerQuery struct {
+	ControllerNodeID string
+}
+
+// ClientCSIControllerAttachVolumeRequest asks a controller plugin to attach
+// (ControllerPublishVolume) a volume to a node.
+type ClientCSIControllerAttachVolumeRequest struct {
+	PluginID string
+	// VolumeID is the volume's ID in the storage provider (its external ID).
+	VolumeID string
+	// ClientCSINodeID is the node's ID in the storage provider, as the node
+	// plugin reported it (CSINodeInfo.ID).
+	ClientCSINodeID string
+	AttachmentMode  string
+	AccessMode      string
+	ReadOnly        bool
+	MountOptions    *CSIMountOptions
+	Secrets         map[string]string
+	VolumeContext   map[string]string
+	CSIControllerQuery
+}
+
+// ClientCSIControllerAttachVolumeResponse carries what the node plugin needs
+// to stage and publish the volume.
+type ClientCSIControllerAttachVolumeResponse struct {
+	PublishContext map[string]string
+}
+
+// ClientCSIControllerDetachVolumeRequest asks a controller plugin to detach
+// (ControllerUnpublishVolume) a volume from a node.
+type ClientCSIControllerDetachVolumeRequest struct {
+	PluginID        string
+	VolumeID        string // external ID
+	ClientCSINodeID string
+	Secrets         map[string]string
+	CSIControllerQuery
+}
+
+// ClientCSIControllerDetachVolumeResponse is empty.
+type ClientCSIControllerDetachVolumeResponse struct{}
+
+// ClientCSIControllerCreateVolumeRequest asks a controller plugin to create
+// a volume.
+type ClientCSIControllerCreateVolumeRequest struct {
+	PluginID string
+	// Name is the idempotency key the provider sees.
+	Name         string
+	CapacityMin  int64
+	CapacityMax  int64
+	Capabilities []*CSIVolumeCapability
+	MountOptions *CSIMountOptions
+	Parameters   map[string]string
+	Secrets      map[string]string
+	// SnapshotID or CloneID, at most one, name the content source.
+	SnapshotID string
+	CloneID    string
+	CSIControllerQuery
+}
+
+// ClientCSIControllerCreateVolumeResponse describes the created volume.
+type ClientCSIControllerCreateVolumeResponse struct {
+	ExternalVolumeID string
+	CapacityBytes    int64
+	VolumeContext    map[string]string
+}
+
+// ClientCSIControllerDeleteVolumeRequest asks a controller plugin to delete
+// a volume.
+type ClientCSIControllerDeleteVolumeRequest struct {
+	PluginID         string
+	ExternalVolumeID string
+	Secrets          map[string]string
+	CSIControllerQuery
+}
+
+// ClientCSIControllerDeleteVolumeResponse is empty.
+type ClientCSIControllerDeleteVolumeResponse struct{}
+
+// ClientCSIControllerValidateVolumeRequest asks a controller plugin whether
+// a volume supports the given capabilities.
+type ClientCSIControllerValidateVolumeRequest struct {
+	PluginID     string
+	VolumeID     string // external ID
+	Capabilities []*CSIVolumeCapability
+	MountOptions *CSIMountOptions
+	Parameters   map[string]string
+	Context      map[string]string
+	Secrets      map[string]string
+	CSIControllerQuery
+}
+
+// ClientCSIControllerValidateVolumeResponse is empty: a volume that does not
+// support the capabilities is an error wrapping ErrCSIInvalidArgument.
+type ClientCSIControllerValidateVolumeResponse struct{}
+
+// ClientCSIControllerCreateSnapshotRequest asks a controller plugin to
+// snapshot a volume.
+type ClientCSIControllerCreateSnapshotRequest struct {
+	PluginID         string
+	ExternalVolumeID string
+	Name             string
+	Parameters       map[string]string
+	Secrets          map[string]string
+	CSIControllerQuery
+}
+
+// CSISnapshot is a snapshot as a plugin reports it.
+type CSISnapshot struct {
+	ID               string
+	ExternalSourceID string
+	SizeBytes        int64
+	CreateTime       int64 // Unix seconds
+	IsReady          bool
+	PluginID         string
+}
+
+// ClientCSIControllerCreateSnapshotResponse carries the snapshot.
+type ClientCSIControllerCreateSnapshotResponse struct {
+	Snapshot *CSISnapshot
+}
+
+// ClientCSIControllerDeleteSnapshotRequest asks a controller plugin to
+// delete a snapshot.
+type ClientCSIControllerDeleteSnapshotRequest struct {
+	PluginID string
+	ID       string
+	Secrets  map[string]string
+	CSIControllerQuery
+}
+
+// ClientCSIControllerDeleteSnapshotResponse is empty.
+type ClientCSIControllerDeleteSnapshotResponse struct{}
+
+// ClientCSIControllerListSnapshotsRequest lists a plugin's snapshots, one
+// page at a time.
+type ClientCSIControllerListSnapshotsRequest struct {
+	PluginID      string
+	MaxEntries    int32
+	StartingToken string
+	Secrets       map[string]string
+	CSIControllerQuery
+}
+
+// ClientCSIControllerListSnapshotsResponse is one page of snapshots.
+type ClientCSIControllerListSnapshotsResponse struct {
+	Snapshots []*CSISnapshot
+	NextToken string
+}
+
+// ClientCSINodeDetachVolumeRequest asks a client to unpublish a volume from
+// an allocation and, if no other allocation there uses it, unstage it.
+type ClientCSINodeDetachVolumeRequest struct {
+	PluginID       string
+	VolumeID       string // Roam's volume ID
+	ExternalID     string
+	AllocID        string
+	NodeID         string
+	AttachmentMode string
+	AccessMode     string
+	ReadOnly       bool
+}
+
+// ClientCSINodeDetachVolumeResponse is empty.
+type ClientCSINodeDetachVolumeResponse struct{}
