@@ -162,6 +162,18 @@ var fsmAppliers = map[structs.MessageType]fsmApplier{
 		func(st *state.StateStore, index uint64, req *structs.NodeUpdateDrainRequest) ([]*structs.Evaluation, error) {
 			return req.Evals, st.UpdateNodeDrain(index, req.NodeID, req.DrainStrategy, req.MarkEligible, req.UpdatedAt, req.Evals)
 		}),
+	structs.CSIVolumeRegisterRequestType: decodeApply(structs.CSIVolumeRegisterRequestType,
+		func(st *state.StateStore, index uint64, req *structs.CSIVolumeRegisterRequest) ([]*structs.Evaluation, error) {
+			return nil, st.UpsertCSIVolumes(index, req.Volumes)
+		}),
+	structs.CSIVolumeDeregisterRequestType: decodeApply(structs.CSIVolumeDeregisterRequestType,
+		func(st *state.StateStore, index uint64, req *structs.CSIVolumeDeregisterRequest) ([]*structs.Evaluation, error) {
+			return nil, st.DeleteCSIVolumes(index, structs.DefaultNamespace, req.VolumeIDs)
+		}),
+	structs.CSIVolumeClaimRequestType: decodeApply(structs.CSIVolumeClaimRequestType,
+		func(st *state.StateStore, index uint64, req *structs.CSIVolumeClaimUpdateRequest) ([]*structs.Evaluation, error) {
+			return nil, st.UpdateCSIVolumeClaim(index, req.Namespace, req.VolumeID, req.Claim)
+		}),
 	structs.NodeUpdateEligibilityRequestType: decodeApply(structs.NodeUpdateEligibilityRequestType,
 		func(st *state.StateStore, index uint64, req *structs.NodeUpdateEligibilityRequest) ([]*structs.Evaluation, error) {
 			return req.Evals, st.UpdateNodeEligibility(index, req.NodeID, req.Eligibility, req.UpdatedAt, req.Evals)

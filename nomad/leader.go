@@ -64,6 +64,12 @@ func (s *Server) establishLeadership() {
 	if err := s.heartbeats.start(ctx, &s.leaderWG); err != nil {
 		s.logger.Error("failed to arm heartbeat timers", "error", err)
 	}
+	s.lanes.Store(newControllerLanes(ctx, csiCallTimeout, s.logger))
+	s.leaderWG.Add(1)
+	go func() {
+		defer s.leaderWG.Done()
+		s.runVolumeWatcher(ctx)
+	}()
 	s.broker.setEnabled(true)
 	if err := s.restoreEvals(); err != nil {
 		s.logger.Error("failed to queue pending evaluations", "error", err)
@@ -101,6 +107,7 @@ func (s *Server) revokeLeadership() {
 	s.leaderWG.Wait()
 	s.heartbeats.stop()
 	s.broker.setEnabled(false)
+	s.lanes.Store(nil)
 }
 
 // reconcileLoop keeps the Raft configuration in step with the servers that

@@ -136,11 +136,24 @@ func (s *StateStore) CSIPlugins(ws memdb.WatchSet, prefix string) ([]*structs.CS
 	return getAll(s, ws, func(p *structs.CSIPlugin) string { return p.ID }, TableCSIPlugins, "id_prefix", prefix)
 }
 
-// UpsertCSIVolume registers a volume or updates a registration. Claims are
-// the store's to keep: an update keeps the existing claims.
-func (s *StateStore) UpsertCSIVolume(index uint64, vol *structs.CSIVolume) error {
+// UpsertCSIVolumes registers volumes or updates registrations, all or
+// none. Claims are the store's to keep: an update keeps existing claims.
+func (s *StateStore) UpsertCSIVolumes(index uint64, vols []*structs.CSIVolume) error {
 	txn := s.db.Txn(true)
 	defer txn.Abort()
+	for _, vol := range vols {
+		if err := upsertCSIVolumeTxn(txn, index, vol); err != nil {
+			return err
+		}
+	}
+	if err := setIndexTxn(txn, TableCSIVolumes, index); err != nil {
+		return err
+	}
+	txn.Commit()
+	return nil
+}
+
+func upsertCSIVolumeTxn(txn *memdb.Txn, index uint64, vol *structs.CSIVolume) error {
 	v := vol.Copy()
 	raw, err := txn.First(TableCSIVolumes, "id", v.Namespace, v.ID)
 	if err != nil {
@@ -160,26 +173,24 @@ func (s *StateStore) UpsertCSIVolume(index uint64, vol *structs.CSIVolume) error
 	if err := txn.Insert(TableCSIVolumes, v); err != nil {
 		return fmt.Errorf("state: volume insert: %w", err)
 	}
-	if err := setIndexTxn(txn, TableCSIVolumes, index); err != nil {
-		return err
-	}
-	txn.Commit()
 	return nil
 }
 
-// DeleteCSIVolume removes a volume registration.
-func (s *StateStore) DeleteCSIVolume(index uint64, namespace, id string) error {
+// DeleteCSIVolumes removes volume registrations, all or none.
+func (s *StateStore) DeleteCSIVolumes(index uint64, namespace string, ids []string) error {
 	txn := s.db.Txn(true)
 	defer txn.Abort()
-	raw, err := txn.First(TableCSIVolumes, "id", namespace, id)
-	if err != nil {
-		return fmt.Errorf("state: volume lookup: %w", err)
-	}
-	if raw == nil {
-		return fmt.Errorf("%w: volume %q", structs.ErrNotFound, id)
-	}
-	if err := txn.Delete(TableCSIVolumes, raw); err != nil {
-		return fmt.Errorf("state: volume delete: %w", err)
+	for _, id := range ids {
+		raw, err := txn.First(TableCSIVolumes, "id", namespace, id)
+		if err != nil {
+			return fmt.Errorf("state: volume lookup: %w", err)
+		}
+		if raw == nil {
+			return fmt.Errorf("%w: volume %q", structs.ErrNotFound, id)
+		}
+		if err := txn.Delete(TableCSIVolumes, raw); err != nil {
+			return fmt.Errorf("state: volume delete: %w", err)
+		}
 	}
 	if err := setIndexTxn(txn, TableCSIVolumes, index); err != nil {
 		return err
@@ -202,6 +213,15 @@ func (s *StateStore) UpdateCSIVolumeClaim(index uint64, namespace, volID string,
 		return fmt.Errorf("%w: volume %q", structs.ErrNotFound, volID)
 	}
 	v := raw.(*structs.CSIVolume).Copy()
+	_, had := v.Claims[claim.AllocationID]
+	if claim.State == structs.CSIVolumeClaimStatePublishing && !had {
+		// Admission is decided here, at apply time, as well as by the
+		// leader before it proposes: two claims proposed together for a
+		// single-writer volume cannot both be reserved.
+		if err := v.CanClaim(claim); err != nil {
+			return err
+		}
+	}
 	if claim.State == "" {
 		delete(v.Claims, claim.AllocationID)
 	} else {

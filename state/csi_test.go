@@ -61,7 +61,7 @@ func TestStateStore_CSIVolumeClaims(t *testing.T) {
 	must.NoError(t, err)
 	vol := &structs.CSIVolume{ID: "v1", Namespace: structs.DefaultNamespace, PluginID: "hostpath", ExternalID: "ext-1",
 		RequestedCapabilities: []*structs.CSIVolumeCapability{{AccessMode: structs.CSIAccessModeSingleNodeWriter, AttachmentMode: structs.CSIAttachmentModeFilesystem}}}
-	must.NoError(t, s.UpsertCSIVolume(5, vol))
+	must.NoError(t, s.UpsertCSIVolumes(5, []*structs.CSIVolume{vol}))
 
 	claim := &structs.CSIVolumeClaim{AllocationID: "a1", NodeID: "n1", Mode: structs.CSIVolumeClaimWrite,
 		AccessMode: structs.CSIAccessModeSingleNodeWriter, AttachmentMode: structs.CSIAttachmentModeFilesystem,
@@ -75,7 +75,7 @@ func TestStateStore_CSIVolumeClaims(t *testing.T) {
 	// Re-registering the volume keeps its claims.
 	update := vol.Copy()
 	update.Name = "renamed"
-	must.NoError(t, s.UpsertCSIVolume(8, update))
+	must.NoError(t, s.UpsertCSIVolumes(8, []*structs.CSIVolume{update}))
 	got, err := s.CSIVolumeByID(nil, structs.DefaultNamespace, "v1")
 	must.NoError(t, err)
 	must.Eq(t, "renamed", got.Name)
@@ -94,8 +94,11 @@ func TestStateStore_CSIVolumeClaims(t *testing.T) {
 	must.NoError(t, err)
 	must.Len(t, 1, byPlugin)
 	must.ErrorIs(t, s.UpdateCSIVolumeClaim(10, structs.DefaultNamespace, "nope", claim), structs.ErrNotFound)
-	must.ErrorIs(t, s.DeleteCSIVolume(10, structs.DefaultNamespace, "nope"), structs.ErrNotFound)
-	must.NoError(t, s.DeleteCSIVolume(10, structs.DefaultNamespace, "v1"))
+	must.ErrorIs(t, s.DeleteCSIVolumes(10, structs.DefaultNamespace, []string{"v1", "nope"}), structs.ErrNotFound)
+	byPlugin, err = s.CSIVolumesByPlugin(nil, "hostpath")
+	must.NoError(t, err)
+	must.Len(t, 1, byPlugin, must.Sprint("a failed delete removes nothing"))
+	must.NoError(t, s.DeleteCSIVolumes(10, structs.DefaultNamespace, []string{"v1"}))
 	vols, err := s.CSIVolumes(nil, structs.DefaultNamespace, "")
 	must.NoError(t, err)
 	must.SliceEmpty(t, vols)

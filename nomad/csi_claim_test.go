@@ -1,0 +1,225 @@
+package nomad
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/shoenig/test/must"
+	"github.com/shoenig/test/wait"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/roamhq/roam/client"
+	"github.com/roamhq/roam/plugins/csi/hostpath"
+	"github.com/roamhq/roam/structs"
+)
+
+// csiFixture is one server, a real client A running the hostpath plugin as
+// a monolith (so it is the controller), and a synthetic node B whose
+// allocations claim volumes; B's node plugin runs in its own plugin
+// instance on the same state dir, as a second machine would.
+type csiFixture struct {
+	srv      *Server
+	stateDir string
+	nodeB    *structs.Node
+	plugin   csi.ControllerClient
+}
+
+func startPlugin(t *testing.T, stateDir, nodeID string, mode hostpath.Mode) *hostpath.Plugin {
+	t.Helper()
+	cfg := hostpath.DefaultConfig()
+	cfg.Endpoint = "unix://" + filepath.Join(t.TempDir(), "csi.sock")
+	cfg.NodeID = nodeID
+	cfg.StateDir = stateDir
+	cfg.Mode = mode
+	p, err := hostpath.New(cfg)
+	must.NoError(t, err)
+	must.NoError(t, p.Start())
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Serve(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		_ = p.Stop(context.Background())
+		<-done
+	})
+	return p
+}
+
+func newCSIFixture(t *testing.T) *csiFixture {
+	t.Helper()
+	s := testServer(t, withLongHeartbeats)
+	waitForLeaderDuties(t, s)
+	stateDir := t.TempDir()
+	pa := startPlugin(t, stateDir, "node-a", hostpath.ModeMonolith)
+	startPlugin(t, stateDir, "node-b", hostpath.ModeNode)
+
+	cfg := client.DefaultConfig()
+	cfg.DataDir = t.TempDir()
+	cfg.Servers = []string{s.Addr()}
+	cfg.MinRetryBackoff = 10 * time.Millisecond
+	cfg.MaxRetryBackoff = 200 * time.Millisecond
+	cfg.CSIPlugins = map[string]*client.CSIPluginConfig{
+		"hostpath": {ID: "hostpath", Type: client.CSIPluginTypeMonolith, Socket: filepath.Join(filepath.Dir(pa.Endpoint()[len("unix://"):]), "csi.sock")},
+	}
+	c, err := client.NewClient(cfg)
+	must.NoError(t, err)
+	t.Cleanup(func() { _ = c.Shutdown(context.Background()) })
+
+	// The plugin's controller on client A becomes healthy in the cluster.
+	must.Wait(t, wait.InitialSuccess(wait.ErrorFunc(func() error {
+		p, err := s.State().CSIPluginByID(nil, "hostpath")
+		if err != nil || p == nil || p.ControllersHealthy != 1 {
+			return fmt.Errorf("plugin %+v (%v)", p, err)
+		}
+		if _, ok := s.nodeSession(c.NodeID()); !ok {
+			return fmt.Errorf("client session not recorded yet")
+		}
+		return nil
+	}), wait.Timeout(10*time.Second), wait.Gap(20*time.Millisecond)))
+
+	nodeB := workNode("node-b")
+	nodeB.CSINodePlugins = map[string]*structs.CSIInfo{"hostpath": {PluginID: "hostpath", Healthy: true,
+		NodeInfo: &structs.CSINodeInfo{ID: "node-b", MaxVolumes: 16, RequiresNodeStageVolume: true}}}
+	registerNodeRetry(t, s, nodeB)
+
+	conn, err := grpc.NewClient(pa.Endpoint(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	must.NoError(t, err)
+	t.Cleanup(func() { conn.Close() })
+	return &csiFixture{srv: s, stateDir: stateDir, nodeB: nodeB, plugin: csi.NewControllerClient(conn)}
+}
+
+// volume creates a volume in the plugin and registers it.
+func (f *csiFixture) volume(t *testing.T, id string) *structs.CSIVolume {
+	t.Helper()
+	mode := &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER}
+	resp, err := f.plugin.CreateVolume(context.Background(), &csi.CreateVolumeRequest{
+		Name: id,
+		VolumeCapabilities: []*csi.VolumeCapability{{
+			AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{}},
+			AccessMode: mode,
+		}},
+	})
+	must.NoError(t, err)
+	vol := testVolume(id)
+	vol.ExternalID = resp.Volume.VolumeId
+	var rresp structs.CSIVolumeRegisterResponse
+	must.NoError(t, f.srv.RPC("CSIVolume.Register", &structs.CSIVolumeRegisterRequest{Volumes: []*structs.CSIVolume{vol}}, &rresp))
+	return vol
+}
+
+// alloc places a live allocation on node B directly in state.
+func (f *csiFixture) alloc(t *testing.T, nodeID string) *structs.Allocation {
+	t.Helper()
+	a := &structs.Allocation{ID: fmt.Sprintf("alloc-%d", time.Now().UnixNano()), Namespace: structs.DefaultNamespace,
+		JobID: "db", TaskGroup: "g", NodeID: nodeID, DesiredStatus: structs.AllocDesiredStatusRun,
+		ClientStatus: structs.AllocClientStatusRunning}
+	_, _, err := f.srv.raftApply(structs.ApplyPlanResultsRequestType, &structs.ApplyPlanResultsRequest{AllocsPlaced: []*structs.Allocation{a}})
+	must.NoError(t, err)
+	return a
+}
+
+func (f *csiFixture) claim(volID, allocID, state, token string) (*structs.CSIVolumeClaimResponse, error) {
+	var resp structs.CSIVolumeClaimResponse
+	err := f.srv.RPC("CSIVolume.Claim", &structs.CSIVolumeClaimRequest{
+		VolumeID: volID, AllocationID: allocID, Mode: structs.CSIVolumeClaimWrite,
+		AccessMode: structs.CSIAccessModeSingleNodeWriter, AttachmentMode: structs.CSIAttachmentModeFilesystem,
+		State: state, WriteRequest: structs.WriteRequest{AuthToken: token},
+	}, &resp)
+	return &resp, err
+}
+
+func TestCSIVolume_ClaimPublishesAndReleases(t *testing.T) {
+	f := newCSIFixture(t)
+	vol := f.volume(t, "data")
+	a1 := f.alloc(t, f.nodeB.ID)
+
+	resp, err := f.claim(vol.ID, a1.ID, structs.CSIVolumeClaimStateTaken, f.nodeB.SecretID)
+	must.NoError(t, err)
+	must.MapContainsKey(t, resp.PublishContext, "device", must.Sprintf("publish context %v", resp.PublishContext))
+	must.Eq(t, "s3cret", resp.Volume.Secrets["token"], must.Sprint("the claiming node gets the secrets it needs"))
+	got, err := f.srv.State().CSIVolumeByID(nil, structs.DefaultNamespace, vol.ID)
+	must.NoError(t, err)
+	must.Eq(t, structs.CSIVolumeClaimStateTaken, got.Claims[a1.ID].State)
+	calls, err := hostpath.ReadCalls(f.stateDir, "node-a")
+	must.NoError(t, err)
+	must.Eq(t, int64(1), calls["ControllerPublishVolume"])
+
+	// A retried claim is answered from the checkpoint: no second publish.
+	again, err := f.claim(vol.ID, a1.ID, structs.CSIVolumeClaimStateTaken, f.nodeB.SecretID)
+	must.NoError(t, err)
+	must.Eq(t, resp.PublishContext, again.PublishContext)
+	calls, err = hostpath.ReadCalls(f.stateDir, "node-a")
+	must.NoError(t, err)
+	must.Eq(t, int64(1), calls["ControllerPublishVolume"])
+
+	// A second writer on a single-node-writer volume: max claims, nothing changes.
+	a2 := f.alloc(t, f.nodeB.ID)
+	before, err := f.srv.State().CSIVolumeByID(nil, structs.DefaultNamespace, vol.ID)
+	must.NoError(t, err)
+	_, err = f.claim(vol.ID, a2.ID, structs.CSIVolumeClaimStateTaken, f.nodeB.SecretID)
+	must.ErrorIs(t, err, structs.ErrCSIMaxClaims)
+	after, err := f.srv.State().CSIVolumeByID(nil, structs.DefaultNamespace, vol.ID)
+	must.NoError(t, err)
+	must.Eq(t, before.ModifyIndex, after.ModifyIndex)
+
+	// Bad input changes nothing.
+	_, err = f.claim("no-such-volume", a1.ID, structs.CSIVolumeClaimStateTaken, f.nodeB.SecretID)
+	must.ErrorIs(t, err, structs.ErrNotFound)
+	other := f.alloc(t, "some-other-node")
+	_, err = f.claim(vol.ID, other.ID, structs.CSIVolumeClaimStateTaken, f.nodeB.SecretID)
+	must.ErrorIs(t, err, structs.ErrPermissionDenied)
+	_, err = f.claim(vol.ID, a1.ID, "bogus", f.nodeB.SecretID)
+	must.ErrorIs(t, err, structs.ErrInvalidRequest)
+	after, err = f.srv.State().CSIVolumeByID(nil, structs.DefaultNamespace, vol.ID)
+	must.NoError(t, err)
+	must.Eq(t, before.ModifyIndex, after.ModifyIndex)
+
+	// Release walks the claim to freed and detaches at the controller.
+	_, err = f.claim(vol.ID, a1.ID, structs.CSIVolumeClaimStateUnpublishing, f.nodeB.SecretID)
+	must.NoError(t, err)
+	got, err = f.srv.State().CSIVolumeByID(nil, structs.DefaultNamespace, vol.ID)
+	must.NoError(t, err)
+	must.MapEmpty(t, got.Claims)
+	calls, err = hostpath.ReadCalls(f.stateDir, "node-a")
+	must.NoError(t, err)
+	must.Eq(t, int64(1), calls["ControllerUnpublishVolume"])
+
+	// Now the second writer fits.
+	_, err = f.claim(vol.ID, a2.ID, structs.CSIVolumeClaimStateTaken, f.nodeB.SecretID)
+	must.NoError(t, err)
+	overlaps, err := hostpath.ReadOverlaps(f.stateDir, "node-a")
+	must.NoError(t, err)
+	must.Eq(t, int64(0), overlaps)
+}
+
+func TestCSIVolume_WatcherReleasesClaimsOfDownNode(t *testing.T) {
+	f := newCSIFixture(t)
+	vol := f.volume(t, "data")
+	a1 := f.alloc(t, f.nodeB.ID)
+	_, err := f.claim(vol.ID, a1.ID, structs.CSIVolumeClaimStateTaken, f.nodeB.SecretID)
+	must.NoError(t, err)
+
+	// Node B dies holding the claim: once it is marked down, the watcher
+	// releases the claim without a node detach (the node is gone) and
+	// still detaches at the controller.
+	f.srv.heartbeats.clear(f.nodeB.ID)
+	f.srv.markNodeDown(f.nodeB.ID)
+	must.Wait(t, wait.InitialSuccess(wait.ErrorFunc(func() error {
+		v, err := f.srv.State().CSIVolumeByID(nil, structs.DefaultNamespace, vol.ID)
+		if err != nil {
+			return err
+		}
+		if len(v.Claims) != 0 {
+			return fmt.Errorf("claims %v", v.Claims)
+		}
+		return nil
+	}), wait.Timeout(10*time.Second), wait.Gap(20*time.Millisecond)))
+	calls, err := hostpath.ReadCalls(f.stateDir, "node-a")
+	must.NoError(t, err)
+	must.Eq(t, int64(1), calls["ControllerUnpublishVolume"])
+}

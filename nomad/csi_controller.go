@@ -1,0 +1,96 @@
+package nomad
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/roamhq/roam/structs"
+)
+
+// errControllerUnavailable means a controller call did not reach the plugin
+// on that node: the plugin is missing on the client, the client is
+// unreachable, or no server holds a connection to it. The transport wraps
+// its errors with it; callController then tries the next candidate. It
+// never stands for an answer from the plugin itself.
+var errControllerUnavailable = errors.New("csi controller unavailable")
+
+// controllerUnavailable says whether err means the call never reached the
+// plugin on that node. Besides errControllerUnavailable it accepts the
+// structs sentinels that say the same after an RPC hop, where an unexported
+// value cannot travel: the client has no such plugin, or no server holds
+// the client's session.
+func controllerUnavailable(err error) bool {
+	err = structs.FromRPCError(err)
+	return errors.Is(err, errControllerUnavailable) ||
+		errors.Is(err, structs.ErrCSIPluginNotFound) ||
+		errors.Is(err, structs.ErrNodeNotConnected)
+}
+
+// controllerCandidates returns the nodes that may serve a controller call
+// for pluginID: those whose status is ready and whose controller instance
+// of the plugin is healthy, sorted by node ID, lowest first. Eligibility
+// and drain do not matter: a draining or ineligible node still runs its
+// controller, and skipping it has left volumes attached. nodes is not
+// modified.
+func controllerCandidates(nodes []*structs.Node, pluginID string) []*structs.Node {
+	var out []*structs.Node
+	for _, n := range nodes {
+		if n == nil || !n.Ready() {
+			continue
+		}
+		if info := n.CSIControllerPlugins[pluginID]; info != nil && info.Healthy {
+			out = append(out, n)
+		}
+	}
+	slices.SortFunc(out, func(a, b *structs.Node) int { return strings.Compare(a.ID, b.ID) })
+	return out
+}
+
+// callController tries call on each candidate in order and returns the node
+// that answered with the answer's error (nil on success).
+//
+// An error for which controllerUnavailable holds moves to the next candidate.
+// Any other error is returned at once, unretried elsewhere:
+//   - one of structs.IsRetryable's (the leader is going away, or the outcome
+//     is unknown) comes with a nil node: no other node fixes it, and the
+//     caller retries against the new leader. This check comes first, so an
+//     error that is also unavailable is returned too.
+//   - anything else is the plugin's own answer (InvalidArgument, NotFound,
+//     …) and comes with the node that gave it.
+//
+// With no candidates, or when every one is unavailable, the error wraps
+// errControllerUnavailable (and the last attempt's error) and names
+// pluginID; the node is nil. If ctx ends between attempts, its error is
+// returned, wrapped.
+func callController(ctx context.Context, pluginID string, candidates []*structs.Node,
+	call func(ctx context.Context, node *structs.Node) error) (*structs.Node, error) {
+	if len(candidates) == 0 {
+		return nil, fmt.Errorf("%w: plugin %q has no healthy controller on a ready node",
+			errControllerUnavailable, pluginID)
+	}
+	var last error
+	for _, node := range candidates {
+		if err := ctx.Err(); err != nil {
+			if last != nil {
+				return nil, fmt.Errorf("plugin %q: %w (last attempt: %v)", pluginID, err, last)
+			}
+			return nil, fmt.Errorf("plugin %q: %w", pluginID, err)
+		}
+		err := call(ctx, node)
+		switch {
+		case err == nil:
+			return node, nil
+		case structs.IsRetryable(err):
+			return nil, err
+		case controllerUnavailable(err):
+			last = fmt.Errorf("node %s: %w", node.ID, err)
+		default:
+			return node, err
+		}
+	}
+	return nil, fmt.Errorf("%w: plugin %q: all %d candidates failed, last on %w",
+		errControllerUnavailable, pluginID, len(candidates), last)
+}

@@ -1,0 +1,290 @@
+package nomad
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/google/uuid"
+	"github.com/shoenig/test/must"
+
+	"github.com/roamhq/roam/structs"
+)
+
+const testPlugin = "ebs"
+
+// ctrlNode is a node with the given status and, when healthy is non-nil, a
+// controller instance of testPlugin.
+func ctrlNode(id, status string, healthy *bool) *structs.Node {
+	n := &structs.Node{
+		ID:                    id,
+		Status:                status,
+		SchedulingEligibility: "eligible",
+		CSIControllerPlugins:  map[string]*structs.CSIInfo{},
+	}
+	if healthy != nil {
+		n.CSIControllerPlugins[testPlugin] = &structs.CSIInfo{PluginID: testPlugin, Healthy: *healthy}
+	}
+	return n
+}
+
+func nodeIDs(nodes []*structs.Node) []string {
+	ids := make([]string, 0, len(nodes))
+	for _, n := range nodes {
+		if n == nil {
+			ids = append(ids, "<nil>")
+			continue
+		}
+		ids = append(ids, n.ID)
+	}
+	return ids
+}
+
+func TestControllerCandidates(t *testing.T) {
+	yes, no := true, false
+	ready, down, initing := structs.NodeStatusReady, structs.NodeStatusDown, structs.NodeStatusInit
+
+	ineligible := ctrlNode("n-ineligible", ready, &yes)
+	ineligible.SchedulingEligibility = "ineligible"
+	draining := ctrlNode("n-draining", ready, &yes)
+	draining.SchedulingEligibility = "ineligible"
+	draining.DrainStrategy = &structs.DrainStrategy{}
+	draining.Drain = true
+	otherPlugin := ctrlNode("n-other", ready, nil)
+	otherPlugin.CSIControllerPlugins["nfs"] = &structs.CSIInfo{PluginID: "nfs", Healthy: true}
+
+	cases := []struct {
+		name  string
+		nodes []*structs.Node
+		want  []string
+	}{
+		{name: "none", nodes: nil, want: []string{}},
+		{
+			name:  "unhealthy instance skipped",
+			nodes: []*structs.Node{ctrlNode("a", ready, &no), ctrlNode("b", ready, &yes)},
+			want:  []string{"b"},
+		},
+		{
+			name:  "down and initializing nodes skipped",
+			nodes: []*structs.Node{ctrlNode("a", down, &yes), ctrlNode("b", initing, &yes), ctrlNode("c", ready, &yes)},
+			want:  []string{"c"},
+		},
+		{
+			name:  "draining and ineligible nodes used",
+			nodes: []*structs.Node{draining, ineligible},
+			want:  []string{"n-draining", "n-ineligible"},
+		},
+		{
+			name:  "other plugin and no plugin skipped",
+			nodes: []*structs.Node{otherPlugin, ctrlNode("n-none", ready, nil), nil},
+			want:  []string{},
+		},
+		{
+			name: "lowest node ID first",
+			nodes: []*structs.Node{
+				ctrlNode("d", ready, &yes), ctrlNode("b", ready, &yes), ctrlNode("e", ready, &yes),
+				ctrlNode("a", ready, &yes), ctrlNode("c", ready, &yes),
+			},
+			want: []string{"a", "b", "c", "d", "e"},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			before := nodeIDs(tc.nodes)
+			got := controllerCandidates(tc.nodes, testPlugin)
+			must.Eq(t, tc.want, nodeIDs(got))
+			// The input is left as it was.
+			must.Eq(t, before, nodeIDs(tc.nodes))
+		})
+	}
+}
+
+func TestControllerCandidates_ShuffledInputSorted(t *testing.T) {
+	yes := true
+	var nodes []*structs.Node
+	for i := 0; i < 50; i++ {
+		nodes = append(nodes, ctrlNode(fmt.Sprintf("node-%02d", i), structs.NodeStatusReady, &yes))
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for round := 0; round < 20; round++ {
+		rng.Shuffle(len(nodes), func(i, j int) { nodes[i], nodes[j] = nodes[j], nodes[i] })
+		got := controllerCandidates(nodes, testPlugin)
+		must.Len(t, 50, got)
+		must.Eq(t, "node-00", got[0].ID)
+		for i := 1; i < len(got); i++ {
+			must.True(t, got[i-1].ID < got[i].ID)
+		}
+	}
+}
+
+func TestCallController(t *testing.T) {
+	yes := true
+	nodes := []*structs.Node{
+		ctrlNode("a", structs.NodeStatusReady, &yes),
+		ctrlNode("b", structs.NodeStatusReady, &yes),
+		ctrlNode("c", structs.NodeStatusReady, &yes),
+	}
+	pluginErr := fmt.Errorf("controller publish: %w", structs.ErrCSIFailedPrecondition)
+
+	cases := []struct {
+		name       string
+		candidates []*structs.Node
+		answers    map[string]error // by node ID; missing means success
+		wantNode   string           // "" means nil
+		wantCalled []string
+		wantErr    error // nil means success
+	}{
+		{
+			name:       "first candidate answers",
+			candidates: nodes,
+			wantNode:   "a",
+			wantCalled: []string{"a"},
+		},
+		{
+			name:       "session on another server moves to next candidate",
+			candidates: nodes,
+			answers: map[string]error{
+				"a": fmt.Errorf("forward to server s2: session is on another server: %w", errControllerUnavailable),
+			},
+			wantNode:   "b",
+			wantCalled: []string{"a", "b"},
+		},
+		{
+			name:       "plugin missing and node not connected move on",
+			candidates: nodes,
+			answers: map[string]error{
+				"a": fmt.Errorf("client a: %w", structs.ErrCSIPluginNotFound),
+				// As it arrives over RPC: a bare message.
+				"b": errors.New("rpc error: " + structs.ErrNodeNotConnected.Error()),
+			},
+			wantNode:   "c",
+			wantCalled: []string{"a", "b", "c"},
+		},
+		{
+			name:       "plugin error returned, not retried elsewhere",
+			candidates: nodes,
+			answers: map[string]error{
+				"a": fmt.Errorf("client a: %w", errControllerUnavailable),
+				"b": pluginErr,
+			},
+			wantNode:   "b",
+			wantCalled: []string{"a", "b"},
+			wantErr:    structs.ErrCSIFailedPrecondition,
+		},
+		{
+			name:       "leader going away returned with no node",
+			candidates: nodes,
+			answers: map[string]error{
+				"a": fmt.Errorf("forwarding hop: %w", structs.ErrNoLeader),
+			},
+			wantCalled: []string{"a"},
+			wantErr:    structs.ErrNoLeader,
+		},
+		{
+			name:       "leader loss wins over unavailable",
+			candidates: nodes,
+			answers: map[string]error{
+				"a": fmt.Errorf("%w: %w", errControllerUnavailable, structs.ErrShutdown),
+			},
+			wantCalled: []string{"a"},
+			wantErr:    structs.ErrShutdown,
+		},
+		{
+			name:       "all unavailable",
+			candidates: nodes,
+			answers: map[string]error{
+				"a": errControllerUnavailable,
+				"b": structs.ErrNodeNotConnected,
+				"c": structs.ErrCSIPluginNotFound,
+			},
+			wantCalled: []string{"a", "b", "c"},
+			wantErr:    errControllerUnavailable,
+		},
+		{
+			name:       "no candidates",
+			candidates: nil,
+			wantErr:    errControllerUnavailable,
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			called := []string{}
+			node, err := callController(t.Context(), testPlugin, tc.candidates,
+				func(_ context.Context, n *structs.Node) error {
+					called = append(called, n.ID)
+					return tc.answers[n.ID]
+				})
+			if tc.wantErr == nil {
+				must.NoError(t, err)
+			} else {
+				must.ErrorIs(t, err, tc.wantErr)
+			}
+			if tc.wantNode == "" {
+				must.Nil(t, node)
+			} else {
+				must.NotNil(t, node)
+				must.Eq(t, tc.wantNode, node.ID)
+			}
+			if tc.wantCalled == nil {
+				tc.wantCalled = []string{}
+			}
+			must.Eq(t, tc.wantCalled, called)
+		})
+	}
+}
+
+func TestCallController_NoCandidatesNamesPlugin(t *testing.T) {
+	_, err := callController(t.Context(), "my-plugin", nil, func(context.Context, *structs.Node) error {
+		return errors.New("called with no candidates")
+	})
+	must.ErrorIs(t, err, errControllerUnavailable)
+	must.StrContains(t, err.Error(), `"my-plugin"`)
+}
+
+func TestCallController_StopsWhenContextEnds(t *testing.T) {
+	yes := true
+	nodes := []*structs.Node{
+		ctrlNode("a", structs.NodeStatusReady, &yes),
+		ctrlNode("b", structs.NodeStatusReady, &yes),
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	t.Cleanup(cancel)
+	called := []string{}
+	node, err := callController(ctx, testPlugin, nodes, func(_ context.Context, n *structs.Node) error {
+		called = append(called, n.ID)
+		cancel()
+		return errControllerUnavailable
+	})
+	must.Nil(t, node)
+	must.ErrorIs(t, err, context.Canceled)
+	must.Eq(t, []string{"a"}, called)
+}
+
+func BenchmarkControllerCandidates_10000Nodes(b *testing.B) {
+	rng := rand.New(rand.NewPCG(7, 11))
+	nodes := make([]*structs.Node, 10000)
+	healthy := 0
+	for i := range nodes {
+		n := &structs.Node{
+			ID:                   uuid.NewString(),
+			Status:               structs.NodeStatusReady,
+			CSIControllerPlugins: map[string]*structs.CSIInfo{},
+		}
+		switch rng.IntN(3) {
+		case 0:
+			n.CSIControllerPlugins[testPlugin] = &structs.CSIInfo{PluginID: testPlugin, Healthy: true}
+			healthy++
+		case 1:
+			n.CSIControllerPlugins["other"] = &structs.CSIInfo{PluginID: "other", Healthy: true}
+		}
+		nodes[i] = n
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if got := controllerCandidates(nodes, testPlugin); len(got) != healthy {
+			b.Fatalf("got %d candidates, want %d", len(got), healthy)
+		}
+	}
+}

@@ -1,0 +1,269 @@
+package nomad
+
+import (
+	"errors"
+	"fmt"
+
+	memdb "github.com/hashicorp/go-memdb"
+	"github.com/roamhq/roam/state"
+	"github.com/roamhq/roam/structs"
+)
+
+// CSIVolume serves volume registration, reads and claims.
+type CSIVolume struct {
+	srv *Server
+}
+
+// CSIPlugin serves plugin reads.
+type CSIPlugin struct {
+	srv *Server
+}
+
+var validAccessModes = map[string]bool{
+	structs.CSIAccessModeSingleNodeReader:      true,
+	structs.CSIAccessModeSingleNodeWriter:      true,
+	structs.CSIAccessModeMultiNodeReader:       true,
+	structs.CSIAccessModeMultiNodeSingleWriter: true,
+	structs.CSIAccessModeMultiNodeMultiWriter:  true,
+}
+
+var validAttachmentModes = map[string]bool{
+	structs.CSIAttachmentModeFilesystem:  true,
+	structs.CSIAttachmentModeBlockDevice: true,
+}
+
+// validateVolume checks a registration before anything is written.
+func validateVolume(store *state.StateStore, v *structs.CSIVolume) error {
+	var errs []error
+	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if v.ID == "" {
+		add("volume ID is required")
+	}
+	if v.Namespace != "" && v.Namespace != structs.DefaultNamespace {
+		add("namespace %q is not supported", v.Namespace)
+	}
+	if v.ExternalID == "" {
+		add("external_id is required")
+	}
+	if len(v.RequestedCapabilities) == 0 {
+		add("at least one capability is required")
+	}
+	for _, c := range v.RequestedCapabilities {
+		if !validAccessModes[c.AccessMode] {
+			add("access mode %q is not a CSI access mode", c.AccessMode)
+		}
+		if !validAttachmentModes[c.AttachmentMode] {
+			add("attachment mode %q is not file-system or block-device", c.AttachmentMode)
+		}
+	}
+	if v.CapacityMin < 0 || v.CapacityMax < 0 || (v.CapacityMax > 0 && v.CapacityMin > v.CapacityMax) {
+		add("capacity_min %d and capacity_max %d are not a valid range", v.CapacityMin, v.CapacityMax)
+	}
+	if v.PluginID == "" {
+		add("plugin_id is required")
+	} else if p, err := store.CSIPluginByID(nil, v.PluginID); err != nil {
+		return err
+	} else if p == nil {
+		add("unknown plugin %q: no client reports it", v.PluginID)
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("volume %q: %w: %w", v.ID, structs.ErrInvalidRequest, errors.Join(errs...))
+}
+
+// Register records volumes that exist in the storage provider. Every volume
+// must name a known plugin and valid capabilities; one bad volume fails the
+// whole request and nothing is written.
+func (c *CSIVolume) Register(args *structs.CSIVolumeRegisterRequest, reply *structs.CSIVolumeRegisterResponse) error {
+	if done, err := c.srv.forward("CSIVolume.Register", args, args, reply); done {
+		return err
+	}
+	if len(args.Volumes) == 0 {
+		return fmt.Errorf("%w: no volumes given", structs.ErrInvalidRequest)
+	}
+	store := c.srv.State()
+	vols := make([]*structs.CSIVolume, 0, len(args.Volumes))
+	for _, v := range args.Volumes {
+		if err := validateVolume(store, v); err != nil {
+			return err
+		}
+		cp := v.Copy()
+		cp.Namespace = structs.DefaultNamespace
+		if cp.Name == "" {
+			cp.Name = cp.ID
+		}
+		cp.Claims = nil // claims are the server's, never the caller's
+		vols = append(vols, cp)
+	}
+	req := structs.CSIVolumeRegisterRequest{Volumes: vols, WriteRequest: args.WriteRequest}
+	_, index, err := c.srv.raftApply(structs.CSIVolumeRegisterRequestType, &req)
+	if err != nil {
+		return err
+	}
+	reply.Index = index
+	return nil
+}
+
+// Deregister removes volume registrations. A claimed volume is refused,
+// unless Force and every claiming allocation is terminal (or gone).
+func (c *CSIVolume) Deregister(args *structs.CSIVolumeDeregisterRequest, reply *structs.CSIVolumeDeregisterResponse) error {
+	if done, err := c.srv.forward("CSIVolume.Deregister", args, args, reply); done {
+		return err
+	}
+	if len(args.VolumeIDs) == 0 {
+		return fmt.Errorf("%w: no volume IDs given", structs.ErrInvalidRequest)
+	}
+	store := c.srv.State()
+	for _, id := range args.VolumeIDs {
+		v, err := store.CSIVolumeByID(nil, structs.DefaultNamespace, id)
+		if err != nil {
+			return err
+		}
+		if v == nil {
+			return fmt.Errorf("%w: volume %q", structs.ErrNotFound, id)
+		}
+		if len(v.Claims) == 0 {
+			continue
+		}
+		if !args.Force {
+			return fmt.Errorf("%w: volume %q has %d claim(s); release them or deregister with force", structs.ErrInvalidRequest, id, len(v.Claims))
+		}
+		for allocID := range v.Claims {
+			a, err := store.AllocByID(nil, allocID)
+			if err != nil {
+				return err
+			}
+			if a != nil && !a.TerminalStatus() {
+				return fmt.Errorf("%w: volume %q is claimed by running allocation %s", structs.ErrInvalidRequest, id, allocID)
+			}
+		}
+	}
+	req := structs.CSIVolumeDeregisterRequest{VolumeIDs: args.VolumeIDs, Force: args.Force, WriteRequest: args.WriteRequest}
+	_, index, err := c.srv.raftApply(structs.CSIVolumeDeregisterRequestType, &req)
+	if err != nil {
+		return err
+	}
+	reply.Index = index
+	return nil
+}
+
+// List returns volume stubs; a blocking query.
+func (c *CSIVolume) List(args *structs.CSIVolumeListRequest, reply *structs.CSIVolumeListResponse) error {
+	if done, err := c.srv.forward("CSIVolume.List", args, args, reply); done {
+		return err
+	}
+	return c.srv.blockingRPC(&args.QueryOptions, &reply.QueryMeta, func(ws memdb.WatchSet, store *state.StateStore) error {
+		var vols []*structs.CSIVolume
+		var err error
+		if args.PluginID != "" {
+			vols, err = store.CSIVolumesByPlugin(ws, args.PluginID)
+		} else {
+			vols, err = store.CSIVolumes(ws, structs.DefaultNamespace, args.Prefix)
+		}
+		if err != nil {
+			return err
+		}
+		reply.Volumes = make([]*structs.CSIVolListStub, 0, len(vols))
+		for _, v := range vols {
+			p, err := store.CSIPluginByID(ws, v.PluginID)
+			if err != nil {
+				return err
+			}
+			reply.Volumes = append(reply.Volumes, volumeStub(v, p))
+		}
+		reply.Index, err = maxTableIndex(store, state.TableCSIVolumes, state.TableCSIPlugins)
+		return err
+	})
+}
+
+// Get returns one volume, without secrets; nil when unknown.
+func (c *CSIVolume) Get(args *structs.CSIVolumeGetRequest, reply *structs.CSIVolumeGetResponse) error {
+	if done, err := c.srv.forward("CSIVolume.Get", args, args, reply); done {
+		return err
+	}
+	return c.srv.blockingRPC(&args.QueryOptions, &reply.QueryMeta, func(ws memdb.WatchSet, store *state.StateStore) error {
+		v, err := store.CSIVolumeByID(ws, structs.DefaultNamespace, args.ID)
+		if err != nil {
+			return err
+		}
+		reply.Volume = nil
+		if v == nil {
+			reply.Index, err = store.Index(state.TableCSIVolumes)
+			return err
+		}
+		reply.Volume = v.Sanitize()
+		reply.Index = v.ModifyIndex
+		return nil
+	})
+}
+
+func volumeStub(v *structs.CSIVolume, p *structs.CSIPlugin) *structs.CSIVolListStub {
+	s := &structs.CSIVolListStub{
+		ID: v.ID, Namespace: v.Namespace, Name: v.Name, ExternalID: v.ExternalID,
+		PluginID: v.PluginID, Provider: v.Provider, CreateIndex: v.CreateIndex, ModifyIndex: v.ModifyIndex,
+	}
+	if len(v.RequestedCapabilities) > 0 {
+		s.AccessMode = v.RequestedCapabilities[0].AccessMode
+		s.AttachmentMode = v.RequestedCapabilities[0].AttachmentMode
+	}
+	for _, cl := range v.Claims {
+		if cl.Mode == structs.CSIVolumeClaimWrite {
+			s.CurrentWriters++
+		} else {
+			s.CurrentReaders++
+		}
+	}
+	if p != nil {
+		s.Provider = p.Provider
+		s.ControllerRequired = p.ControllerRequired
+		s.ControllersHealthy, s.ControllersExpected = p.ControllersHealthy, p.ControllersExpected
+		s.NodesHealthy, s.NodesExpected = p.NodesHealthy, p.NodesExpected
+		s.Schedulable = p.NodesHealthy > 0 && (!p.ControllerRequired || p.ControllersHealthy > 0)
+	}
+	return s
+}
+
+// List returns plugin stubs; a blocking query.
+func (c *CSIPlugin) List(args *structs.CSIPluginListRequest, reply *structs.CSIPluginListResponse) error {
+	if done, err := c.srv.forward("CSIPlugin.List", args, args, reply); done {
+		return err
+	}
+	return c.srv.blockingRPC(&args.QueryOptions, &reply.QueryMeta, func(ws memdb.WatchSet, store *state.StateStore) error {
+		plugins, err := store.CSIPlugins(ws, args.Prefix)
+		if err != nil {
+			return err
+		}
+		reply.Plugins = make([]*structs.CSIPluginListStub, 0, len(plugins))
+		for _, p := range plugins {
+			reply.Plugins = append(reply.Plugins, &structs.CSIPluginListStub{
+				ID: p.ID, Provider: p.Provider, ControllerRequired: p.ControllerRequired,
+				ControllersHealthy: p.ControllersHealthy, ControllersExpected: p.ControllersExpected,
+				NodesHealthy: p.NodesHealthy, NodesExpected: p.NodesExpected,
+				CreateIndex: p.CreateIndex, ModifyIndex: p.ModifyIndex,
+			})
+		}
+		reply.Index, err = store.Index(state.TableCSIPlugins)
+		return err
+	})
+}
+
+// Get returns one plugin; nil when unknown.
+func (c *CSIPlugin) Get(args *structs.CSIPluginGetRequest, reply *structs.CSIPluginGetResponse) error {
+	if done, err := c.srv.forward("CSIPlugin.Get", args, args, reply); done {
+		return err
+	}
+	return c.srv.blockingRPC(&args.QueryOptions, &reply.QueryMeta, func(ws memdb.WatchSet, store *state.StateStore) error {
+		p, err := store.CSIPluginByID(ws, args.ID)
+		if err != nil {
+			return err
+		}
+		reply.Plugin = p
+		if p == nil {
+			reply.Index, err = store.Index(state.TableCSIPlugins)
+			return err
+		}
+		reply.Index = p.ModifyIndex
+		return nil
+	})
+}

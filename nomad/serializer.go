@@ -1,0 +1,231 @@
+package nomad
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	metrics "github.com/hashicorp/go-metrics"
+
+	"github.com/roamhq/roam/structs"
+)
+
+// defaultLaneCallTimeout bounds one controller call when newControllerLanes
+// is given no positive timeout.
+const defaultLaneCallTimeout = 2 * time.Minute
+
+// controllerLanes is the leader's serializer for destructive CSI controller
+// calls: one first-come-first-served lane per plugin ID, in memory. Calls
+// for one plugin run one at a time in arrival order; calls for different
+// plugins never wait for each other.
+//
+// Waiting is bound to the caller's context and to the parent context given
+// at construction (the server's shutdown or the leader's term). There is no
+// Close: cancelling the parent is how the lanes end, after which every
+// waiter, and every later Do, gets an error wrapping structs.ErrNoLeader.
+//
+// The zero value is not usable; build one with newControllerLanes.
+type controllerLanes struct {
+	parent      context.Context
+	callTimeout time.Duration
+	logger      hclog.Logger
+
+	mu sync.Mutex
+	// lanes holds only lanes that are busy; an idle lane is deleted, so the
+	// map does not grow with every plugin ever seen.
+	lanes map[string]*lane
+}
+
+// lane is one plugin's queue. Invariant (under controllerLanes.mu): a lane
+// in the map is busy, and waiters is empty whenever the lane is not busy;
+// releasing hands the lane straight to the first waiter.
+type lane struct {
+	waiters []*laneWaiter
+}
+
+// laneWaiter is one queued caller. ready is closed, with granted set under
+// the lock, when the lane is handed to it.
+type laneWaiter struct {
+	ready   chan struct{}
+	granted bool
+}
+
+// newControllerLanes returns an empty serializer. parent ends all waiting
+// (see controllerLanes); callTimeout bounds each call's hold on its lane
+// (non-positive means defaultLaneCallTimeout).
+func newControllerLanes(parent context.Context, callTimeout time.Duration, logger hclog.Logger) *controllerLanes {
+	if callTimeout <= 0 {
+		callTimeout = defaultLaneCallTimeout
+	}
+	if logger == nil {
+		logger = hclog.NewNullLogger()
+	}
+	return &controllerLanes{
+		parent:      parent,
+		callTimeout: callTimeout,
+		logger:      logger.Named("csi_lanes"),
+		lanes:       make(map[string]*lane),
+	}
+}
+
+// Do waits for pluginID's lane, runs fn in it and returns fn's error.
+//
+// While waiting: if the parent context ends, Do returns an error wrapping
+// structs.ErrNoLeader (the client retries against the new leader); if ctx
+// ends, the caller leaves the queue, the others keep their order, and Do
+// returns ctx.Err() wrapped. Neither ever starts fn.
+//
+// fn's context is ctx without its cancellation, plus a deadline of
+// callTimeout. A controller call already sent must finish: cutting it when
+// the caller gives up or the leader steps down could leave a volume half
+// attached (see DESIGN, "The serializer"). The deadline keeps one hung
+// plugin from blocking its lane forever: when it passes, the lane goes to
+// the next caller even if fn has not returned (logged, and counted as
+// csi.lane.timeout). Do itself still returns only when fn does.
+func (l *controllerLanes) Do(ctx context.Context, pluginID string, op string, fn func(ctx context.Context) error) error {
+	if err := l.wait(ctx, pluginID, op); err != nil {
+		return err
+	}
+
+	callCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.callTimeout)
+	defer cancel()
+
+	// Exactly one of the deadline callback and the normal return releases
+	// the lane: stop() reports true only if the callback will never run.
+	timedOut := context.AfterFunc(callCtx, func() {
+		metrics.IncrCounterWithLabels([]string{"csi", "lane", "timeout"}, 1, pluginLabels(pluginID))
+		l.logger.Warn("controller call passed its deadline; releasing lane to the next caller",
+			"plugin_id", pluginID, "op", op, "timeout", l.callTimeout)
+		l.release(pluginID)
+	})
+	err := fn(callCtx)
+	if timedOut() {
+		l.release(pluginID)
+	}
+	return err
+}
+
+// Depth is the number of callers waiting in pluginID's lane, not counting
+// the running call.
+func (l *controllerLanes) Depth(pluginID string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if ln, ok := l.lanes[pluginID]; ok {
+		return len(ln.waiters)
+	}
+	return 0
+}
+
+// wait returns nil once the caller holds pluginID's lane.
+func (l *controllerLanes) wait(ctx context.Context, pluginID, op string) error {
+	if err := l.parent.Err(); err != nil {
+		return l.noLeader(pluginID, op, err)
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("csi plugin %q: %s: %w", pluginID, op, err)
+	}
+
+	start := time.Now()
+	l.mu.Lock()
+	ln, busy := l.lanes[pluginID]
+	if !busy {
+		l.lanes[pluginID] = &lane{}
+		l.mu.Unlock()
+		metrics.MeasureSinceWithLabels([]string{"csi", "lane", "wait"}, start, pluginLabels(pluginID))
+		return nil
+	}
+	w := &laneWaiter{ready: make(chan struct{})}
+	ln.waiters = append(ln.waiters, w)
+	l.setDepthLocked(pluginID, ln)
+	l.mu.Unlock()
+	l.logger.Debug("waiting for lane", "plugin_id", pluginID, "op", op)
+
+	var cause error
+	select {
+	case <-w.ready:
+		// The parent may have ended at the same moment; no new call starts
+		// after it has.
+		if err := l.parent.Err(); err != nil {
+			l.release(pluginID)
+			return l.noLeader(pluginID, op, err)
+		}
+		metrics.MeasureSinceWithLabels([]string{"csi", "lane", "wait"}, start, pluginLabels(pluginID))
+		l.logger.Debug("lane acquired", "plugin_id", pluginID, "op", op, "waited", time.Since(start))
+		return nil
+	case <-ctx.Done():
+		cause = fmt.Errorf("csi plugin %q: %s: %w", pluginID, op, ctx.Err())
+	case <-l.parent.Done():
+		cause = l.noLeader(pluginID, op, l.parent.Err())
+	}
+
+	l.mu.Lock()
+	if w.granted {
+		// Handed the lane between the select and the lock: pass it on.
+		l.releaseLocked(pluginID)
+	} else {
+		l.removeWaiterLocked(pluginID, w)
+	}
+	l.mu.Unlock()
+	metrics.MeasureSinceWithLabels([]string{"csi", "lane", "wait"}, start, pluginLabels(pluginID))
+	l.logger.Debug("left lane without running", "plugin_id", pluginID, "op", op, "error", cause)
+	return cause
+}
+
+// release hands pluginID's lane to its first waiter, or frees it.
+func (l *controllerLanes) release(pluginID string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.releaseLocked(pluginID)
+}
+
+func (l *controllerLanes) releaseLocked(pluginID string) {
+	ln, ok := l.lanes[pluginID]
+	if !ok {
+		panic(fmt.Sprintf("csi lane %q released while not held", pluginID))
+	}
+	if len(ln.waiters) == 0 {
+		delete(l.lanes, pluginID)
+		l.setDepthLocked(pluginID, nil)
+		return
+	}
+	next := ln.waiters[0]
+	ln.waiters[0] = nil
+	ln.waiters = ln.waiters[1:]
+	next.granted = true
+	close(next.ready)
+	l.setDepthLocked(pluginID, ln)
+}
+
+func (l *controllerLanes) removeWaiterLocked(pluginID string, w *laneWaiter) {
+	ln, ok := l.lanes[pluginID]
+	if !ok {
+		return
+	}
+	for i, x := range ln.waiters {
+		if x == w {
+			ln.waiters = append(ln.waiters[:i], ln.waiters[i+1:]...)
+			break
+		}
+	}
+	l.setDepthLocked(pluginID, ln)
+}
+
+// setDepthLocked publishes the queue depth; it is set under the lock so
+// that successive values cannot be reordered.
+func (l *controllerLanes) setDepthLocked(pluginID string, ln *lane) {
+	depth := 0
+	if ln != nil {
+		depth = len(ln.waiters)
+	}
+	metrics.SetGaugeWithLabels([]string{"csi", "lane", "depth"}, float32(depth), pluginLabels(pluginID))
+}
+
+func (l *controllerLanes) noLeader(pluginID, op string, cause error) error {
+	return fmt.Errorf("csi plugin %q: %s: lanes closed (%v): %w", pluginID, op, cause, structs.ErrNoLeader)
+}
+
+func pluginLabels(pluginID string) []metrics.Label {
+	return []metrics.Label{{Name: "plugin", Value: pluginID}}
+}
