@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -21,9 +20,6 @@ import (
 // The test binary doubles as the executor and as a stand-in client, so the
 // tests run real processes without building roam.
 const (
-	// envExecutor makes the test binary run `executor <spec>` when invoked
-	// with those arguments.
-	envExecutor = "ROAM_TEST_EXECUTOR"
 	// envDriverChild makes the test binary a client that starts one task
 	// in the named directory, records its HandleState, and blocks until
 	// killed.
@@ -31,18 +27,13 @@ const (
 )
 
 func TestMain(m *testing.M) {
-	if os.Getenv(envExecutor) != "" && len(os.Args) == 3 && os.Args[1] == "executor" {
-		os.Exit(RunExecutor(os.Args[2]))
-	}
-	if dir := os.Getenv(envDriverChild); dir != "" {
+	// The child's executors inherit envDriverChild: they must still run as
+	// executors, which RunTestMain handles.
+	executor := len(os.Args) == 3 && os.Args[1] == "executor"
+	if dir := os.Getenv(envDriverChild); dir != "" && !executor {
 		os.Exit(driverChild(dir))
 	}
-	// Executors started by the tests inherit these. A race-enabled binary
-	// otherwise sleeps a second at exit, which every Wait would pay to reap
-	// its executor.
-	os.Setenv(envExecutor, "1")
-	os.Setenv("GORACE", strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
-	os.Exit(m.Run())
+	os.Exit(RunTestMain(m))
 }
 
 // driverChild plays a client that is about to be killed with SIGKILL.
