@@ -56,8 +56,9 @@ func (st snapshotState) JobByID(ns, id string) (*structs.Job, error) {
 func (s *Server) processEval(eval *structs.Evaluation) error {
 	snap := s.State().Snapshot()
 	plan, result, err := scheduler.Process(snapshotState{snap}, eval, scheduler.Options{
-		Now:   time.Now(),
-		NewID: uuid.NewString,
+		Now:     time.Now(),
+		NewID:   uuid.NewString,
+		Volumes: &volumeChecker{snap: snap, namespace: eval.Namespace},
 	})
 	now := time.Now().UnixNano()
 	done := eval.Copy()

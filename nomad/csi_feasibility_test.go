@@ -1,0 +1,168 @@
+package nomad
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/shoenig/test/must"
+
+	"github.com/roamhq/roam/state"
+	"github.com/roamhq/roam/structs"
+)
+
+// feasVolume is a registered hostpath volume with the given capability
+// and claims.
+func feasVolume(id, access string, claims ...*structs.CSIVolumeClaim) *structs.CSIVolume {
+	v := testVolume(id)
+	v.Namespace = structs.DefaultNamespace
+	v.RequestedCapabilities[0].AccessMode = access
+	v.Claims = make(map[string]*structs.CSIVolumeClaim)
+	for _, c := range claims {
+		v.Claims[c.AllocationID] = c
+	}
+	return v
+}
+
+func writeClaim(allocID, nodeID, access string) *structs.CSIVolumeClaim {
+	return &structs.CSIVolumeClaim{AllocationID: allocID, NodeID: nodeID, Mode: structs.CSIVolumeClaimWrite,
+		AccessMode: access, AttachmentMode: structs.CSIAttachmentModeFilesystem, State: structs.CSIVolumeClaimStateTaken}
+}
+
+func feasAlloc(id, nodeID, clientStatus string) *structs.Allocation {
+	return &structs.Allocation{ID: id, Namespace: structs.DefaultNamespace, JobID: "db", TaskGroup: "db",
+		Name: "db.db[0]", NodeID: nodeID, DesiredStatus: structs.AllocDesiredStatusRun, ClientStatus: clientStatus}
+}
+
+func csiGroup(reqs ...*structs.VolumeRequest) *structs.TaskGroup {
+	tg := &structs.TaskGroup{Name: "db", Count: 1, Volumes: map[string]*structs.VolumeRequest{}}
+	for i, r := range reqs {
+		tg.Volumes[fmt.Sprintf("v%d", i)] = r
+	}
+	return tg
+}
+
+func TestVolumeChecker_FeasibleVolumes(t *testing.T) {
+	const (
+		snw  = structs.CSIAccessModeSingleNodeWriter
+		mnsw = structs.CSIAccessModeMultiNodeSingleWriter
+	)
+	node := csiNode("n1")
+	noPlugin := workNode("n2")
+	unhealthy := csiNode("n3")
+	unhealthy.CSINodePlugins["hostpath"].Healthy = false
+	oneVolume := csiNode("n4")
+	oneVolume.CSINodePlugins["hostpath"].NodeInfo.MaxVolumes = 1
+	emptyOneVolume := csiNode("n5")
+	emptyOneVolume.CSINodePlugins["hostpath"].NodeInfo.MaxVolumes = 1
+
+	allocs := []*structs.Allocation{
+		feasAlloc("live", "other-node", structs.AllocClientStatusRunning),
+		feasAlloc("old", "other-node", structs.AllocClientStatusRunning),
+		feasAlloc("done", "other-node", structs.AllocClientStatusComplete),
+		feasAlloc("here", oneVolume.ID, structs.AllocClientStatusRunning),
+	}
+	vols := []*structs.CSIVolume{
+		feasVolume("free", snw),
+		feasVolume("taken", snw, writeClaim("live", "other-node", snw)),
+		feasVolume("replaced", snw, writeClaim("old", "other-node", snw)),
+		feasVolume("finished", snw, writeClaim("done", "other-node", snw)),
+		feasVolume("gone", snw, writeClaim("no-such-alloc", "other-node", snw)),
+		feasVolume("shared", mnsw, writeClaim("live", "other-node", mnsw)),
+		feasVolume("vol[2]", snw),
+		feasVolume("attached", snw, writeClaim("here", oneVolume.ID, snw)),
+	}
+	snap := feasSnapshot(t, allocs, vols)
+	replacing := allocs[1]
+
+	csi := func(source string) *structs.VolumeRequest {
+		return &structs.VolumeRequest{Type: "csi", Source: source}
+	}
+	cases := []struct {
+		name      string
+		node      *structs.Node
+		tg        *structs.TaskGroup
+		index     int
+		replacing *structs.Allocation
+		reason    string // empty: feasible
+	}{
+		{name: "no volumes", node: noPlugin, tg: csiGroup()},
+		{name: "free volume", node: node, tg: csiGroup(csi("free"))},
+		{name: "volume missing", node: node, tg: csiGroup(csi("nope")), reason: `volume "nope" not registered`},
+		{name: "node without plugin", node: noPlugin, tg: csiGroup(csi("free")), reason: `missing CSI node plugin "hostpath"`},
+		{name: "unhealthy plugin", node: unhealthy, tg: csiGroup(csi("free")), reason: `unhealthy CSI node plugin "hostpath"`},
+		{name: "claimed by live alloc", node: node, tg: csiGroup(csi("taken")), reason: `volume "taken" max claims reached`},
+		{name: "claimed by live alloc, replacing another", node: node, tg: csiGroup(csi("taken")), replacing: replacing,
+			reason: `volume "taken" max claims reached`},
+		{name: "claimed by replaced alloc", node: node, tg: csiGroup(csi("replaced")), replacing: replacing},
+		{name: "claimed by replaced alloc, no replacement", node: node, tg: csiGroup(csi("replaced")),
+			reason: `volume "replaced" max claims reached`},
+		{name: "claimed by terminal alloc", node: node, tg: csiGroup(csi("finished"))},
+		{name: "claimed by alloc gone from state", node: node, tg: csiGroup(csi("gone"))},
+		{name: "per alloc picks index", node: node, index: 2,
+			tg: csiGroup(&structs.VolumeRequest{Type: "csi", Source: "vol", PerAlloc: true})},
+		{name: "per alloc other index missing", node: node, index: 1,
+			tg:     csiGroup(&structs.VolumeRequest{Type: "csi", Source: "vol", PerAlloc: true}),
+			reason: `volume "vol[1]" not registered`},
+		{name: "read-only beside a writer", node: node,
+			tg: csiGroup(&structs.VolumeRequest{Type: "csi", Source: "shared", ReadOnly: true, AccessMode: mnsw})},
+		{name: "second writer", node: node,
+			tg:     csiGroup(&structs.VolumeRequest{Type: "csi", Source: "shared", AccessMode: mnsw}),
+			reason: `volume "shared" max claims reached`},
+		{name: "unsupported access mode", node: node,
+			tg:     csiGroup(&structs.VolumeRequest{Type: "csi", Source: "free", AccessMode: mnsw}),
+			reason: `does not support access mode`},
+		{name: "max volumes reached", node: oneVolume, tg: csiGroup(csi("free")),
+			reason: `CSI node plugin "hostpath" max volumes reached`},
+		{name: "max volumes counts an attached volume once", node: oneVolume,
+			tg: csiGroup(&structs.VolumeRequest{Type: "csi", Source: "attached", ReadOnly: true})},
+		{name: "max volumes counts every request", node: emptyOneVolume, tg: csiGroup(csi("free"), csi("finished")),
+			reason: `CSI node plugin "hostpath" max volumes reached`},
+		{name: "max volumes one request", node: emptyOneVolume, tg: csiGroup(csi("finished"))},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := &volumeChecker{snap: snap, namespace: structs.DefaultNamespace}
+			ok, reason := c.FeasibleVolumes(tc.node, tc.tg, tc.index, tc.replacing)
+			if tc.reason == "" {
+				must.True(t, ok, must.Sprintf("reason: %s", reason))
+				must.Eq(t, "", reason)
+				return
+			}
+			must.False(t, ok)
+			must.StrContains(t, reason, tc.reason)
+		})
+	}
+}
+
+func feasSnapshot(t *testing.T, allocs []*structs.Allocation, vols []*structs.CSIVolume) *state.StateSnapshot {
+	t.Helper()
+	store, err := state.NewStateStore()
+	must.NoError(t, err)
+	must.NoError(t, store.UpsertAllocs(1, allocs))
+	must.NoError(t, store.UpsertCSIVolumes(2, vols))
+	return store.Snapshot()
+}
+
+func TestVolumeChecker_PlacesOnPluginNode(t *testing.T) {
+	s := testServer(t, withLongHeartbeats)
+	waitForLeaderDuties(t, s)
+	plain := workNode("plain")
+	withPlugin := csiNode("csi")
+	registerNodeRetry(t, s, plain)
+	registerNodeRetry(t, s, withPlugin)
+
+	vol := testVolume("shared")
+	vol.RequestedCapabilities[0].AccessMode = structs.CSIAccessModeMultiNodeMultiWriter
+	var rresp structs.CSIVolumeRegisterResponse
+	must.NoError(t, s.RPC("CSIVolume.Register", &structs.CSIVolumeRegisterRequest{Volumes: []*structs.CSIVolume{vol}}, &rresp))
+
+	// Without the check, four allocations would land on both nodes.
+	job := serviceJob("db", 4)
+	job.TaskGroups[0].Volumes = map[string]*structs.VolumeRequest{"data": {
+		Type: "csi", Source: "shared", AccessMode: structs.CSIAccessModeMultiNodeMultiWriter}}
+	registerJob(t, s, job)
+	live := waitAllocs(t, s, "db", countIs(4))
+	for _, a := range live {
+		must.Eq(t, withPlugin.ID, a.NodeID, must.Sprintf("alloc %s", a.Name))
+	}
+}
