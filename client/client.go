@@ -105,13 +105,19 @@ func NewClient(config *Config) (*Client, error) {
 		db.close()
 		return nil, err
 	}
+	// An explicitly configured hook wins; otherwise, with CSI plugins on
+	// this host, the CSI volume manager mounts group volumes.
+	volumeHook := config.VolumeHook
+	if volumeHook == nil && len(config.CSIPlugins) > 0 {
+		volumeHook = c.csiVolumes
+	}
 	c.allocs = newAllocManager(allocManagerConfig{
 		NodeID:          id.NodeID,
 		DataDir:         config.DataDir,
 		RPC:             c,
 		DB:              db,
 		Driver:          driver,
-		VolumeHook:      config.VolumeHook,
+		VolumeHook:      volumeHook,
 		Logger:          c.logger,
 		Registered:      c.registeredCh,
 		MaxQueryTime:    structs.DefaultBlockingQueryWait,
@@ -162,9 +168,12 @@ func (c *Client) RPC(method string, args, reply any) error {
 		conn, err := c.getConn()
 		if err == nil {
 			err = conn.call(method, args, reply, timeout)
-			if errors.Is(err, errConnLost) || structs.IsRetryable(err) {
+			if errors.Is(err, errConnLost) || (structs.IsRetryable(err) && !errors.Is(structs.FromRPCError(err), structs.ErrClaimInProgress)) {
 				// A server that cannot reach a leader (say, the minority
 				// side of a partition) is as good as gone: try the next.
+				// A claim in progress is not the server's fault, and
+				// dropping the connection would cut the servers' calls to
+				// this node that the claim in progress may be waiting on.
 				c.dropConn(conn)
 			}
 		}

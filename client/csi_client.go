@@ -14,11 +14,13 @@ func (c *Client) setupCSI() error {
 		OnChange:              c.triggerNodeUpdate,
 		Logger:                c.logger,
 	})
-	// TODO(csi claims): set Claim (CSIVolume.Claim over RPC) and Release,
-	// then make this the default VolumeHook when config.VolumeHook is nil.
+	// Volumes are claimed from the servers (CSIVolume.Claim), which
+	// publish them at the controller, and released the same way.
 	c.csiVolumes = newCSIVolumeManager(csiVolumeManagerConfig{
 		DataDir: c.config.DataDir,
 		Plugins: c.csi,
+		Claim:   c.claimCSIVolume,
+		Release: c.releaseCSIVolume,
 		Logger:  c.logger,
 	})
 	ids := make([]string, 0, len(c.config.CSIPlugins))

@@ -170,7 +170,7 @@ func (m *csiVolumeManager) Mount(ctx context.Context, alloc *structs.Allocation,
 	return paths, nil
 }
 
-func (m *csiVolumeManager) mountOne(ctx context.Context, alloc *structs.Allocation, name string, req *structs.VolumeRequest) (string, error) {
+func (m *csiVolumeManager) mountOne(ctx context.Context, alloc *structs.Allocation, name string, req *structs.VolumeRequest) (path string, err error) {
 	if m.cfg.Claim == nil {
 		return "", errors.New("csi volumes: no way to claim volumes on this client")
 	}
@@ -182,6 +182,16 @@ func (m *csiVolumeManager) mountOne(ctx context.Context, alloc *structs.Allocati
 	if vol == nil {
 		return "", errors.New("claim returned no volume")
 	}
+	defer func() {
+		// A claim whose mount failed is not recorded, so Unmount will not
+		// release it: release it here rather than leave it to the servers'
+		// volume watcher.
+		if err != nil && m.cfg.Release != nil {
+			if rerr := m.cfg.Release(ctx, alloc, vol.ID); rerr != nil {
+				m.logger.Warn("could not release the claim of a failed mount", "volume_id", vol.ID, "error", rerr)
+			}
+		}
+	}()
 	p, err := m.cfg.Plugins.nodePlugin(vol.PluginID)
 	if err != nil {
 		return "", err

@@ -1,0 +1,191 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/hashicorp/go-hclog"
+	"github.com/shoenig/test/must"
+	"github.com/shoenig/test/wait"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/roamhq/roam/plugins/csi/hostpath"
+	"github.com/roamhq/roam/structs"
+)
+
+func TestCSIClaimRequest(t *testing.T) {
+	alloc := &structs.Allocation{ID: "a1", Name: "db.g[2]"}
+	cases := []struct {
+		name string
+		req  *structs.VolumeRequest
+		want *structs.CSIVolumeClaimRequest
+	}{
+		{"defaults to a single-node file-system writer",
+			&structs.VolumeRequest{Source: "vol"},
+			&structs.CSIVolumeClaimRequest{VolumeID: "vol", Mode: structs.CSIVolumeClaimWrite,
+				AccessMode: structs.CSIAccessModeSingleNodeWriter, AttachmentMode: structs.CSIAttachmentModeFilesystem}},
+		{"read-only claims read; modes come from the request",
+			&structs.VolumeRequest{Source: "vol", ReadOnly: true,
+				AccessMode: structs.CSIAccessModeMultiNodeReader, AttachmentMode: structs.CSIAttachmentModeBlockDevice},
+			&structs.CSIVolumeClaimRequest{VolumeID: "vol", Mode: structs.CSIVolumeClaimRead,
+				AccessMode: structs.CSIAccessModeMultiNodeReader, AttachmentMode: structs.CSIAttachmentModeBlockDevice}},
+		{"per-alloc adds the allocation's index",
+			&structs.VolumeRequest{Source: "vol", PerAlloc: true},
+			&structs.CSIVolumeClaimRequest{VolumeID: "vol[2]", Mode: structs.CSIVolumeClaimWrite,
+				AccessMode: structs.CSIAccessModeSingleNodeWriter, AttachmentMode: structs.CSIAttachmentModeFilesystem}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.want.AllocationID, tc.want.NodeID, tc.want.State = "a1", "n1", structs.CSIVolumeClaimStateTaken
+			must.Eq(t, tc.want, csiClaimRequest("n1", alloc, tc.req))
+		})
+	}
+}
+
+func TestCSIClaimError_NamesTheCause(t *testing.T) {
+	args := &structs.CSIVolumeClaimRequest{VolumeID: "vol", Mode: structs.CSIVolumeClaimWrite, AccessMode: structs.CSIAccessModeSingleNodeWriter}
+	// Errors arrive over RPC as bare strings.
+	err := csiClaimError(args, errors.New("volume max claims reached: volume vol already has 1 writer(s)"))
+	must.ErrorIs(t, err, structs.ErrCSIMaxClaims)
+	must.StrContains(t, err.Error(), `volume "vol" has no room for another write claim`)
+	err = csiClaimError(args, errors.New(`not found: volume "vol"`))
+	must.ErrorIs(t, err, structs.ErrNotFound)
+	must.StrContains(t, err.Error(), "not registered")
+	must.False(t, claimRetryable(structs.ErrCSIMaxClaims))
+	must.True(t, claimRetryable(fmt.Errorf("CSIVolume.Claim: gave up: %w", structs.ErrNoLeader)))
+	must.True(t, claimRetryable(structs.ErrClaimInProgress))
+}
+
+// TestClient_CSIVolumeClaimedMountedAndReleased runs a real server and a
+// client with the hostpath plugin as a monolith: a batch job whose group
+// requests a CSI volume writes through the task's volume_mount into the
+// volume; afterwards the claim is freed and the controller detached once.
+func TestClient_CSIVolumeClaimedMountedAndReleased(t *testing.T) {
+	srv := testServer(t, nil)
+	stateDir := t.TempDir()
+	plugin := testHostpath(t, hostpath.ModeMonolith, "node-a", stateDir, nil)
+
+	cfg := testClientConfig(t, srv.Addr())
+	cfg.ExecutorPath = os.Args[0]
+	// The client's own release must free the claim, not the servers'
+	// volume watcher settling after a failed one: record client errors.
+	errLog := &syncBuffer{}
+	logger := hclog.NewInterceptLogger(&hclog.LoggerOptions{Name: t.Name(), Level: hclog.Warn, Output: hclog.DefaultOutput})
+	logger.RegisterSink(hclog.NewSinkAdapter(&hclog.LoggerOptions{Level: hclog.Error, Output: errLog}))
+	cfg.Logger = logger
+	cfg.CSIPlugins = map[string]*CSIPluginConfig{
+		"hostpath": {ID: "hostpath", Type: CSIPluginTypeMonolith, Socket: strings.TrimPrefix(plugin.Endpoint(), "unix://")},
+	}
+	c := testClient(t, cfg)
+	waitRegistered(t, c)
+	waitForNode(t, srv, c.NodeID(), 10*time.Second, "ready with a healthy hostpath node plugin", func(n *structs.Node) bool {
+		return isReady(n) && n.CSINodePlugins["hostpath"] != nil && n.CSINodePlugins["hostpath"].Healthy
+	})
+	must.Wait(t, wait.InitialSuccess(wait.ErrorFunc(func() error {
+		p, err := srv.State().CSIPluginByID(nil, "hostpath")
+		if err != nil || p == nil || p.ControllersHealthy != 1 {
+			return fmt.Errorf("plugin %+v (%v)", p, err)
+		}
+		return nil
+	}), wait.Timeout(10*time.Second), wait.Gap(20*time.Millisecond)))
+
+	// The volume exists in the provider and is registered with the servers.
+	conn, err := grpc.NewClient(plugin.Endpoint(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	must.NoError(t, err)
+	t.Cleanup(func() { conn.Close() })
+	created, err := csi.NewControllerClient(conn).CreateVolume(context.Background(), &csi.CreateVolumeRequest{
+		Name: "vol1",
+		VolumeCapabilities: []*csi.VolumeCapability{{
+			AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{}},
+			AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER},
+		}},
+	})
+	must.NoError(t, err)
+	ext := created.Volume.VolumeId
+	var rresp structs.CSIVolumeRegisterResponse
+	must.NoError(t, srv.RPC("CSIVolume.Register", &structs.CSIVolumeRegisterRequest{Volumes: []*structs.CSIVolume{{
+		ID: "vol1", ExternalID: ext, PluginID: "hostpath",
+		RequestedCapabilities: []*structs.CSIVolumeCapability{{
+			AccessMode: structs.CSIAccessModeSingleNodeWriter, AttachmentMode: structs.CSIAttachmentModeFilesystem,
+		}},
+	}}}, &rresp))
+
+	var jresp structs.JobRegisterResponse
+	must.NoError(t, srv.RPC("Job.Register", &structs.JobRegisterRequest{Job: &structs.Job{
+		ID: "writer", Type: structs.JobTypeBatch, Datacenters: []string{"dc1"},
+		TaskGroups: []*structs.TaskGroup{{
+			Name: "g", Count: 1,
+			Volumes: map[string]*structs.VolumeRequest{"data": {
+				Name: "data", Type: "csi", Source: "vol1",
+				AccessMode: structs.CSIAccessModeSingleNodeWriter, AttachmentMode: structs.CSIAttachmentModeFilesystem,
+			}},
+			Tasks: []*structs.Task{{
+				Name: "main", Driver: "raw_exec",
+				Config: map[string]any{"command": "/bin/sh", "args": []any{"-c",
+					`echo "hello from $ROAM_ALLOC_ID" > "$ROAM_TASK_DIR/data/out.txt"`}},
+				VolumeMounts: []*structs.VolumeMount{{Volume: "data", Destination: "data"}},
+				KillTimeout:  2 * time.Second, KillSignal: "SIGTERM",
+			}},
+		}},
+	}}, &jresp))
+
+	done := waitServerAlloc(t, srv, "writer", clientStatusIs(structs.AllocClientStatusComplete))
+
+	// The task wrote into the volume itself, not into the task dir.
+	out, err := os.ReadFile(filepath.Join(stateDir, "volumes", ext, "out.txt"))
+	must.NoError(t, err)
+	must.Eq(t, "hello from "+done.ID+"\n", string(out))
+
+	// The claim is released once the allocation is done.
+	must.Wait(t, wait.InitialSuccess(wait.ErrorFunc(func() error {
+		vol, err := srv.State().CSIVolumeByID(nil, structs.DefaultNamespace, "vol1")
+		if err != nil {
+			return err
+		}
+		if vol == nil {
+			return errors.New("volume vol1 is gone")
+		}
+		if len(vol.Claims) != 0 {
+			return fmt.Errorf("volume vol1 still has claims %v", vol.Claims)
+		}
+		return nil
+	}), wait.Timeout(20*time.Second), wait.Gap(20*time.Millisecond)))
+
+	must.Eq(t, "", errLog.String(), must.Sprint("client errors while claiming and releasing"))
+
+	calls, err := hostpath.ReadCalls(stateDir, "node-a")
+	must.NoError(t, err)
+	must.Eq(t, int64(1), calls["ControllerPublishVolume"], must.Sprintf("calls %v", calls))
+	must.Eq(t, int64(1), calls["ControllerUnpublishVolume"], must.Sprintf("calls %v", calls))
+	overlaps, err := hostpath.ReadOverlaps(stateDir, "node-a")
+	must.NoError(t, err)
+	must.Eq(t, int64(0), overlaps)
+}
+
+// syncBuffer is a bytes.Buffer safe for the logger's goroutines.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
