@@ -76,6 +76,7 @@ func NewHTTPServer(a *Agent, ln net.Listener, logger hclog.Logger) *HTTPServer {
 		"/v1/metrics": {http.MethodGet: s.metrics},
 	}
 	s.addWorkloadRoutes()
+	s.addCSIRoutes()
 	s.srv = &http.Server{
 		Handler:           s,
 		ReadHeaderTimeout: 10 * time.Second,
@@ -155,6 +156,7 @@ func (s *HTTPServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // or as subRoute(prefix, sub).
 var idPrefixes = []string{
 	nodePathPrefix, jobPathPrefix, allocPathPrefix, evalPathPrefix, logsPathPrefix,
+	csiVolumePathPrefix, csiPluginPathPrefix,
 }
 
 // subRoute is the routes key of a sub-resource of an ID route.

@@ -1,0 +1,352 @@
+package agent
+
+import (
+	"encoding/json"
+	"net/http"
+	"sort"
+
+	"github.com/roamhq/roam/structs"
+)
+
+// Routes of the CSI volume and plugin API; each takes an ID after it.
+const (
+	csiVolumePathPrefix = "/v1/volume/csi/"
+	csiPluginPathPrefix = "/v1/plugin/csi/"
+)
+
+// maxVolumeBody bounds a volume register request body.
+const maxVolumeBody = 1 << 20
+
+// addCSIRoutes adds the volume and plugin routes.
+func (s *HTTPServer) addCSIRoutes() {
+	s.routes["/v1/volumes"] = map[string]handlerFunc{http.MethodGet: s.csiVolumesList}
+	s.routes[csiVolumePathPrefix] = map[string]handlerFunc{
+		http.MethodGet:    s.csiVolumeGet,
+		http.MethodPut:    s.csiVolumeRegister,
+		http.MethodPost:   s.csiVolumeRegister,
+		http.MethodDelete: s.csiVolumeDeregister,
+	}
+	s.routes["/v1/plugins"] = map[string]handlerFunc{http.MethodGet: s.csiPluginsList}
+	s.routes[csiPluginPathPrefix] = map[string]handlerFunc{http.MethodGet: s.csiPluginGet}
+}
+
+// requireCSIType refuses list requests for any type but csi, the only one
+// Roam has; Nomad requires the parameter too.
+func requireCSIType(r *http.Request) error {
+	switch t := r.URL.Query().Get("type"); t {
+	case "csi":
+		return nil
+	case "":
+		return badRequest("Missing type value: must be csi")
+	default:
+		return badRequest("Unsupported type %q: must be csi", t)
+	}
+}
+
+// csiVolumesList answers GET /v1/volumes?type=csi[&plugin_id=][&prefix=]
+// with volume stubs; a blocking query.
+func (s *HTTPServer) csiVolumesList(w http.ResponseWriter, r *http.Request) (any, error) {
+	if err := requireCSIType(r); err != nil {
+		return nil, err
+	}
+	args := structs.CSIVolumeListRequest{PluginID: r.URL.Query().Get("plugin_id")}
+	if err := s.parseQuery(r, &args.QueryOptions); err != nil {
+		return nil, err
+	}
+	var reply structs.CSIVolumeListResponse
+	if err := s.rpc(r, "CSIVolume.List", &args, &reply); err != nil {
+		return nil, err
+	}
+	setMeta(w, reply.QueryMeta)
+	if reply.Volumes == nil {
+		reply.Volumes = []*structs.CSIVolListStub{}
+	}
+	return reply.Volumes, nil
+}
+
+// csiCapabilityJSON is a requested capability in Nomad's JSON shape.
+type csiCapabilityJSON struct {
+	AccessMode     string
+	AttachmentMode string
+}
+
+// csiMountOptionsJSON is Nomad's CSIMountOptions.
+type csiMountOptionsJSON struct {
+	FSType     string
+	MountFlags []string
+}
+
+// csiVolumeInput is a volume as Nomad's api.CSIVolumeRegisterRequest
+// carries it. Fields Roam has no use for (topologies, clone and snapshot
+// IDs, the read-only status fields Nomad's client echoes back) are ignored.
+type csiVolumeInput struct {
+	ID                    string
+	Name                  string
+	Namespace             string
+	ExternalID            string
+	PluginID              string
+	AccessMode            string
+	AttachmentMode        string
+	MountOptions          *csiMountOptionsJSON
+	Secrets               map[string]string
+	Parameters            map[string]string
+	Context               map[string]string
+	RequestedCapacityMin  int64
+	RequestedCapacityMax  int64
+	RequestedCapabilities []*csiCapabilityJSON
+}
+
+// csiVolumeRegisterBody is Nomad's api.CSIVolumeRegisterRequest.
+type csiVolumeRegisterBody struct {
+	Volumes []*csiVolumeInput
+}
+
+// toStruct converts the input to the server's volume.
+func (in *csiVolumeInput) toStruct() *structs.CSIVolume {
+	v := &structs.CSIVolume{
+		ID: in.ID, Name: in.Name, Namespace: in.Namespace, ExternalID: in.ExternalID,
+		PluginID: in.PluginID, Secrets: in.Secrets, Parameters: in.Parameters, Context: in.Context,
+		CapacityMin: in.RequestedCapacityMin, CapacityMax: in.RequestedCapacityMax,
+	}
+	for _, c := range in.RequestedCapabilities {
+		if c != nil {
+			v.RequestedCapabilities = append(v.RequestedCapabilities,
+				&structs.CSIVolumeCapability{AccessMode: c.AccessMode, AttachmentMode: c.AttachmentMode})
+		}
+	}
+	// Nomad's older single access/attachment mode stands for one capability.
+	if len(v.RequestedCapabilities) == 0 && (in.AccessMode != "" || in.AttachmentMode != "") {
+		v.RequestedCapabilities = []*structs.CSIVolumeCapability{{AccessMode: in.AccessMode, AttachmentMode: in.AttachmentMode}}
+	}
+	if in.MountOptions != nil {
+		v.MountOptions = &structs.CSIMountOptions{
+			FSType: in.MountOptions.FSType, MountFlags: in.MountOptions.MountFlags,
+		}
+	}
+	return v
+}
+
+// csiVolumeRegisterReply is Nomad's api.CSIVolumeRegisterResponse.
+type csiVolumeRegisterReply struct {
+	Volumes  []*csiVolumeView
+	Warnings string
+}
+
+// csiVolumeRegister answers PUT/POST /v1/volume/csi/:id with body
+// {"Volumes": [...]}. A single volume without an ID takes the path's; a
+// single volume with another ID is refused. Bad input is a 400 and
+// nothing is written.
+func (s *HTTPServer) csiVolumeRegister(w http.ResponseWriter, r *http.Request) (any, error) {
+	pathVolID := pathID(r, csiVolumePathPrefix)
+	body, err := readBody(r, maxVolumeBody)
+	if err != nil {
+		return nil, err
+	}
+	var in csiVolumeRegisterBody
+	if err := json.Unmarshal(body, &in); err != nil {
+		return nil, badRequest("Failed to decode volume register request: %v", err)
+	}
+	if len(in.Volumes) == 0 {
+		return nil, badRequest("Volumes must be specified")
+	}
+	args := structs.CSIVolumeRegisterRequest{}
+	for _, v := range in.Volumes {
+		if v == nil {
+			return nil, badRequest("Volumes must not hold null")
+		}
+		args.Volumes = append(args.Volumes, v.toStruct())
+	}
+	if len(args.Volumes) == 1 {
+		switch v := args.Volumes[0]; {
+		case v.ID == "":
+			v.ID = pathVolID
+		case v.ID != pathVolID:
+			return nil, badRequest("Volume ID %q does not match the volume ID in the URL %q", v.ID, pathVolID)
+		}
+	}
+	s.parseWrite(r, &args.WriteRequest)
+	var reply structs.CSIVolumeRegisterResponse
+	if err := s.rpc(r, "CSIVolume.Register", &args, &reply); err != nil {
+		return nil, err
+	}
+	setIndex(w, reply.Index)
+	return csiVolumeRegisterReply{}, nil
+}
+
+// csiVolumeDeregister answers DELETE /v1/volume/csi/:id[?force=true].
+func (s *HTTPServer) csiVolumeDeregister(w http.ResponseWriter, r *http.Request) (any, error) {
+	force, err := boolParam(r, "force")
+	if err != nil {
+		return nil, err
+	}
+	args := structs.CSIVolumeDeregisterRequest{VolumeIDs: []string{pathID(r, csiVolumePathPrefix)}, Force: force}
+	s.parseWrite(r, &args.WriteRequest)
+	var reply structs.CSIVolumeDeregisterResponse
+	if err := s.rpc(r, "CSIVolume.Deregister", &args, &reply); err != nil {
+		return nil, err
+	}
+	setIndex(w, reply.Index)
+	return struct{}{}, nil
+}
+
+// csiClaimJSON is one claim on a volume.
+type csiClaimJSON struct {
+	AllocationID   string
+	NodeID         string
+	ExternalNodeID string
+	Mode           string
+	AccessMode     string
+	AttachmentMode string
+	State          string
+	UpdatedAt      int64
+}
+
+// csiVolumeView is a volume in Nomad's api.CSIVolume shape, with the
+// plugin's health denormalized into it as Nomad does. Secrets are never
+// shown. ReadAllocs and WriteAllocs map claiming allocation IDs to null,
+// as Nomad's do; Claims adds each claim's node and state.
+type csiVolumeView struct {
+	ID                    string
+	Name                  string
+	Namespace             string
+	ExternalID            string
+	PluginID              string
+	Provider              string
+	ProviderVersion       string
+	AccessMode            string
+	AttachmentMode        string
+	MountOptions          *csiMountOptionsJSON
+	Parameters            map[string]string
+	Context               map[string]string
+	Capacity              int64
+	RequestedCapacityMin  int64
+	RequestedCapacityMax  int64
+	RequestedCapabilities []*csiCapabilityJSON
+	ReadAllocs            map[string]*struct{}
+	WriteAllocs           map[string]*struct{}
+	Claims                []*csiClaimJSON
+	Schedulable           bool
+	ControllerRequired    bool
+	ControllersHealthy    int
+	ControllersExpected   int
+	NodesHealthy          int
+	NodesExpected         int
+	CreateIndex           uint64
+	ModifyIndex           uint64
+}
+
+// newCSIVolumeView renders v with the health of its plugin p (nil when the
+// plugin is gone).
+func newCSIVolumeView(v *structs.CSIVolume, p *structs.CSIPlugin) *csiVolumeView {
+	out := &csiVolumeView{
+		ID: v.ID, Name: v.Name, Namespace: v.Namespace, ExternalID: v.ExternalID,
+		PluginID: v.PluginID, Provider: v.Provider,
+		Parameters: v.Parameters, Context: v.Context, Capacity: v.Capacity,
+		RequestedCapacityMin: v.CapacityMin, RequestedCapacityMax: v.CapacityMax,
+		ReadAllocs: map[string]*struct{}{}, WriteAllocs: map[string]*struct{}{},
+		Claims:      []*csiClaimJSON{},
+		CreateIndex: v.CreateIndex, ModifyIndex: v.ModifyIndex,
+	}
+	if v.MountOptions != nil {
+		out.MountOptions = &csiMountOptionsJSON{FSType: v.MountOptions.FSType, MountFlags: v.MountOptions.MountFlags}
+	}
+	out.RequestedCapabilities = make([]*csiCapabilityJSON, 0, len(v.RequestedCapabilities))
+	for _, c := range v.RequestedCapabilities {
+		out.RequestedCapabilities = append(out.RequestedCapabilities,
+			&csiCapabilityJSON{AccessMode: c.AccessMode, AttachmentMode: c.AttachmentMode})
+	}
+	if len(v.RequestedCapabilities) > 0 {
+		out.AccessMode = v.RequestedCapabilities[0].AccessMode
+		out.AttachmentMode = v.RequestedCapabilities[0].AttachmentMode
+	}
+	for id, c := range v.Claims {
+		if c.Mode == structs.CSIVolumeClaimWrite {
+			out.WriteAllocs[id] = nil
+		} else {
+			out.ReadAllocs[id] = nil
+		}
+		out.Claims = append(out.Claims, &csiClaimJSON{
+			AllocationID: c.AllocationID, NodeID: c.NodeID, ExternalNodeID: c.ExternalNodeID,
+			Mode: c.Mode, AccessMode: c.AccessMode, AttachmentMode: c.AttachmentMode,
+			State: c.State, UpdatedAt: c.UpdatedAt,
+		})
+	}
+	sort.Slice(out.Claims, func(i, j int) bool { return out.Claims[i].AllocationID < out.Claims[j].AllocationID })
+	if p != nil {
+		out.Provider = p.Provider
+		out.ProviderVersion = p.Version
+		out.ControllerRequired = p.ControllerRequired
+		out.ControllersHealthy, out.ControllersExpected = p.ControllersHealthy, p.ControllersExpected
+		out.NodesHealthy, out.NodesExpected = p.NodesHealthy, p.NodesExpected
+		out.Schedulable = p.NodesHealthy > 0 && (!p.ControllerRequired || p.ControllersHealthy > 0)
+	}
+	return out
+}
+
+// csiVolumeGet answers GET /v1/volume/csi/:id; a blocking query. An
+// unknown volume is a 404.
+func (s *HTTPServer) csiVolumeGet(w http.ResponseWriter, r *http.Request) (any, error) {
+	args := structs.CSIVolumeGetRequest{ID: pathID(r, csiVolumePathPrefix)}
+	if err := s.parseQuery(r, &args.QueryOptions); err != nil {
+		return nil, err
+	}
+	args.Prefix = ""
+	var reply structs.CSIVolumeGetResponse
+	if err := s.rpc(r, "CSIVolume.Get", &args, &reply); err != nil {
+		return nil, err
+	}
+	setMeta(w, reply.QueryMeta)
+	if reply.Volume == nil {
+		return nil, errNotFound("volume")
+	}
+	// The plugin's health is read at once, never blocking: the volume's
+	// index is what the caller waits on.
+	pargs := structs.CSIPluginGetRequest{ID: reply.Volume.PluginID}
+	pargs.QueryOptions = args.QueryOptions
+	pargs.MinQueryIndex = 0
+	var preply structs.CSIPluginGetResponse
+	if err := s.rpc(r, "CSIPlugin.Get", &pargs, &preply); err != nil {
+		return nil, err
+	}
+	return newCSIVolumeView(reply.Volume, preply.Plugin), nil
+}
+
+// csiPluginsList answers GET /v1/plugins?type=csi with plugin stubs; a
+// blocking query.
+func (s *HTTPServer) csiPluginsList(w http.ResponseWriter, r *http.Request) (any, error) {
+	if err := requireCSIType(r); err != nil {
+		return nil, err
+	}
+	var args structs.CSIPluginListRequest
+	if err := s.parseQuery(r, &args.QueryOptions); err != nil {
+		return nil, err
+	}
+	var reply structs.CSIPluginListResponse
+	if err := s.rpc(r, "CSIPlugin.List", &args, &reply); err != nil {
+		return nil, err
+	}
+	setMeta(w, reply.QueryMeta)
+	if reply.Plugins == nil {
+		reply.Plugins = []*structs.CSIPluginListStub{}
+	}
+	return reply.Plugins, nil
+}
+
+// csiPluginGet answers GET /v1/plugin/csi/:id; a blocking query. An
+// unknown plugin is a 404.
+func (s *HTTPServer) csiPluginGet(w http.ResponseWriter, r *http.Request) (any, error) {
+	args := structs.CSIPluginGetRequest{ID: pathID(r, csiPluginPathPrefix)}
+	if err := s.parseQuery(r, &args.QueryOptions); err != nil {
+		return nil, err
+	}
+	args.Prefix = ""
+	var reply structs.CSIPluginGetResponse
+	if err := s.rpc(r, "CSIPlugin.Get", &args, &reply); err != nil {
+		return nil, err
+	}
+	setMeta(w, reply.QueryMeta)
+	if reply.Plugin == nil {
+		return nil, errNotFound("plugin")
+	}
+	return reply.Plugin, nil
+}
