@@ -77,6 +77,7 @@ func NewHTTPServer(a *Agent, ln net.Listener, logger hclog.Logger) *HTTPServer {
 	}
 	s.addWorkloadRoutes()
 	s.addCSIRoutes()
+	s.addCSICreateRoutes()
 	s.srv = &http.Server{
 		Handler:           s,
 		ReadHeaderTimeout: 10 * time.Second,

@@ -1,0 +1,428 @@
+package nomad
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"time"
+
+	"github.com/roamhq/roam/state"
+	"github.com/roamhq/roam/structs"
+)
+
+// csiProvisionContext bounds one create, delete or snapshot request: its
+// wait in the lane, the controller call, and the Raft writes around it.
+func (s *Server) csiProvisionContext() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(s.shutdownCtx, csiCallTimeout+s.config.RPCHoldTimeout)
+}
+
+// validateVolumeCreate checks a volume to create: as a registration, but
+// with no external ID, which the provider assigns. A volume already
+// registered under the ID is refused: creating is not updating.
+func validateVolumeCreate(store *state.StateStore, v *structs.CSIVolume) error {
+	cp := v.Copy()
+	cp.ExternalID = "to be created" // satisfies validateVolume; replaced by the provider's
+	if err := validateVolume(store, cp); err != nil {
+		return err
+	}
+	existing, err := store.CSIVolumeByID(nil, structs.DefaultNamespace, v.ID)
+	if err != nil {
+		return err
+	}
+	if existing != nil {
+		return fmt.Errorf("volume %q: %w: a volume with this ID is already registered", v.ID, structs.ErrInvalidRequest)
+	}
+	return nil
+}
+
+// Create creates volumes in the storage provider through the plugin's
+// controller, in the plugin's lane, and registers each with the external
+// ID, capacity and context the provider answered with. Every volume is
+// validated before any is created. The provider sees the volume ID as the
+// name, its idempotency key, so a create retried after a failure (even
+// one between the provider's answer and the registration) gets the same
+// provider volume back rather than a second one.
+func (c *CSIVolume) Create(args *structs.CSIVolumeCreateRequest, reply *structs.CSIVolumeCreateResponse) error {
+	if done, err := c.srv.forward("CSIVolume.Create", args, args, reply); done {
+		return err
+	}
+	if len(args.Volumes) == 0 {
+		return fmt.Errorf("%w: no volumes given", structs.ErrInvalidRequest)
+	}
+	srv := c.srv
+	store := srv.State()
+	seen := make(map[string]bool, len(args.Volumes))
+	for _, v := range args.Volumes {
+		if v == nil {
+			return fmt.Errorf("%w: volumes must not hold null", structs.ErrInvalidRequest)
+		}
+		if err := validateVolumeCreate(store, v); err != nil {
+			return err
+		}
+		if seen[v.ID] {
+			return fmt.Errorf("volume %q: %w: given twice", v.ID, structs.ErrInvalidRequest)
+		}
+		seen[v.ID] = true
+	}
+	ctx, cancel := srv.csiProvisionContext()
+	defer cancel()
+	for _, v := range args.Volumes {
+		vol, index, err := srv.createVolume(ctx, v, args.WriteRequest)
+		if err != nil {
+			return err
+		}
+		reply.Volumes = append(reply.Volumes, vol.Sanitize())
+		reply.Index = index
+	}
+	return nil
+}
+
+// createVolume creates one volume at the controller and registers it. It
+// returns the volume as registered.
+func (s *Server) createVolume(ctx context.Context, v *structs.CSIVolume, wr structs.WriteRequest) (*structs.CSIVolume, uint64, error) {
+	var created structs.ClientCSIControllerCreateVolumeResponse
+	err := s.onController(ctx, v.PluginID, "create", func(ctx context.Context, cn *structs.Node) error {
+		req := structs.ClientCSIControllerCreateVolumeRequest{
+			PluginID: v.PluginID, Name: v.ID, CapacityMin: v.CapacityMin, CapacityMax: v.CapacityMax,
+			Capabilities: v.RequestedCapabilities, MountOptions: v.MountOptions,
+			Parameters: v.Parameters, Secrets: v.Secrets,
+			CSIControllerQuery: structs.CSIControllerQuery{ControllerNodeID: cn.ID},
+		}
+		return s.clientRPC(ctx, cn.ID, "ClientCSI.ControllerCreateVolume", &req, &created)
+	})
+	if err != nil {
+		return nil, 0, fmt.Errorf("creating volume %q: %w", v.ID, err)
+	}
+	if created.ExternalVolumeID == "" {
+		return nil, 0, fmt.Errorf("creating volume %q: plugin %q answered without a volume ID", v.ID, v.PluginID)
+	}
+	vol := v.Copy()
+	vol.Namespace = structs.DefaultNamespace
+	if vol.Name == "" {
+		vol.Name = vol.ID
+	}
+	vol.Claims = nil
+	vol.ExternalID = created.ExternalVolumeID
+	vol.Capacity = created.CapacityBytes
+	// The provider's context is what the node plugin needs; the caller's
+	// fills in only keys the provider did not set.
+	if len(created.VolumeContext) > 0 {
+		merged := maps.Clone(vol.Context)
+		if merged == nil {
+			merged = make(map[string]string, len(created.VolumeContext))
+		}
+		maps.Copy(merged, created.VolumeContext)
+		vol.Context = merged
+	}
+	req := structs.CSIVolumeRegisterRequest{Volumes: []*structs.CSIVolume{vol}, WriteRequest: wr}
+	_, index, err := s.raftApply(structs.CSIVolumeRegisterRequestType, &req)
+	if err != nil {
+		// The provider volume exists unregistered; a retried create finds
+		// it again by name.
+		s.logger.Warn("created volume could not be registered; retry the create",
+			"volume_id", v.ID, "external_id", vol.ExternalID, "error", err)
+		return nil, 0, fmt.Errorf("registering created volume %q: %w", v.ID, err)
+	}
+	latest, err := s.State().CSIVolumeByID(nil, structs.DefaultNamespace, vol.ID)
+	if err != nil {
+		return nil, 0, err
+	}
+	if latest == nil {
+		return nil, 0, fmt.Errorf("volume %q vanished after its registration", vol.ID)
+	}
+	return latest, index, nil
+}
+
+// errVolumeClaimed refuses a delete of a volume that has claims.
+func errVolumeClaimed(v *structs.CSIVolume) error {
+	return fmt.Errorf("%w: volume %q has %d claim(s); stop its allocations and detach it first",
+		structs.ErrInvalidRequest, v.ID, len(v.Claims))
+}
+
+// Delete deletes volumes in the storage provider, through the plugin's
+// lane, and then removes their registrations. A claimed volume is refused.
+//
+// The claims are checked once up front and again inside the lane, just
+// before the controller call: a claim reserved after that check has its
+// publish queued behind the delete in the same lane, where it fails and is
+// rolled back, so a volume is never deleted under a claim that got as far
+// as publishing.
+func (c *CSIVolume) Delete(args *structs.CSIVolumeDeleteRequest, reply *structs.CSIVolumeDeleteResponse) error {
+	if done, err := c.srv.forward("CSIVolume.Delete", args, args, reply); done {
+		return err
+	}
+	if len(args.VolumeIDs) == 0 {
+		return fmt.Errorf("%w: no volume IDs given", structs.ErrInvalidRequest)
+	}
+	srv := c.srv
+	store := srv.State()
+	for _, id := range args.VolumeIDs {
+		v, err := store.CSIVolumeByID(nil, structs.DefaultNamespace, id)
+		if err != nil {
+			return err
+		}
+		if v == nil {
+			return fmt.Errorf("%w: volume %q", structs.ErrNotFound, id)
+		}
+		if len(v.Claims) > 0 {
+			return errVolumeClaimed(v)
+		}
+	}
+	ctx, cancel := srv.csiProvisionContext()
+	defer cancel()
+	for _, id := range args.VolumeIDs {
+		index, err := srv.deleteVolume(ctx, id, args.WriteRequest)
+		if err != nil {
+			return err
+		}
+		reply.Index = index
+	}
+	return nil
+}
+
+// deleteVolume deletes one volume at the controller and deregisters it.
+func (s *Server) deleteVolume(ctx context.Context, id string, wr structs.WriteRequest) (uint64, error) {
+	v, err := s.State().CSIVolumeByID(nil, structs.DefaultNamespace, id)
+	if err != nil {
+		return 0, err
+	}
+	if v == nil {
+		return 0, fmt.Errorf("%w: volume %q", structs.ErrNotFound, id)
+	}
+	err = s.onController(ctx, v.PluginID, "delete", func(ctx context.Context, cn *structs.Node) error {
+		cur, err := s.State().CSIVolumeByID(nil, structs.DefaultNamespace, id)
+		if err != nil {
+			return err
+		}
+		if cur == nil {
+			return fmt.Errorf("%w: volume %q", structs.ErrNotFound, id)
+		}
+		if len(cur.Claims) > 0 {
+			return errVolumeClaimed(cur)
+		}
+		req := structs.ClientCSIControllerDeleteVolumeRequest{
+			PluginID: cur.PluginID, ExternalVolumeID: cur.ExternalID, Secrets: cur.Secrets,
+			CSIControllerQuery: structs.CSIControllerQuery{ControllerNodeID: cn.ID},
+		}
+		var resp structs.ClientCSIControllerDeleteVolumeResponse
+		return s.clientRPC(ctx, cn.ID, "ClientCSI.ControllerDeleteVolume", &req, &resp)
+	})
+	if err != nil {
+		return 0, fmt.Errorf("deleting volume %q: %w", id, err)
+	}
+	req := structs.CSIVolumeDeregisterRequest{VolumeIDs: []string{id}, WriteRequest: wr}
+	_, index, err := s.raftApply(structs.CSIVolumeDeregisterRequestType, &req)
+	if err != nil {
+		// Deleting again is harmless: the plugin answers an unknown volume
+		// with success.
+		return 0, fmt.Errorf("deregistering deleted volume %q: %w", id, err)
+	}
+	return index, nil
+}
+
+// Unpublish releases the claims on a volume held by allocations on one
+// node: the node detaches (unless it is down or gone), then the
+// controller, each step checkpointed as for any release. It is refused,
+// releasing nothing, while any of those allocations still runs. A node
+// holding no claim on the volume is not an error.
+func (c *CSIVolume) Unpublish(args *structs.CSIVolumeUnpublishRequest, reply *structs.CSIVolumeUnpublishResponse) error {
+	if done, err := c.srv.forward("CSIVolume.Unpublish", args, args, reply); done {
+		return err
+	}
+	if args.VolumeID == "" || args.NodeID == "" {
+		return fmt.Errorf("%w: a volume ID and a node ID are required", structs.ErrInvalidRequest)
+	}
+	srv := c.srv
+	store := srv.State()
+	vol, err := store.CSIVolumeByID(nil, structs.DefaultNamespace, args.VolumeID)
+	if err != nil {
+		return err
+	}
+	if vol == nil {
+		return fmt.Errorf("%w: volume %q", structs.ErrNotFound, args.VolumeID)
+	}
+	var allocIDs []string
+	for allocID, cl := range vol.Claims {
+		if cl.NodeID != args.NodeID {
+			continue
+		}
+		a, err := store.AllocByID(nil, allocID)
+		if err != nil {
+			return err
+		}
+		if a != nil && !a.TerminalStatus() {
+			return fmt.Errorf("%w: volume %q is claimed on node %s by running allocation %s",
+				structs.ErrInvalidRequest, vol.ID, args.NodeID, allocID)
+		}
+		allocIDs = append(allocIDs, allocID)
+	}
+	ctx, cancel := srv.csiProvisionContext()
+	defer cancel()
+	var errs []error
+	for _, allocID := range allocIDs {
+		k := claimKey{vol.ID, allocID}
+		if !srv.claims.start(k) {
+			errs = append(errs, fmt.Errorf("%w: allocation %s, volume %s", structs.ErrClaimInProgress, allocID, vol.ID))
+			continue
+		}
+		err := srv.releaseClaim(ctx, vol.ID, allocID, false)
+		srv.claims.done(k)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("releasing allocation %s's claim: %w", allocID, err))
+			continue
+		}
+		reply.Released = append(reply.Released, allocID)
+	}
+	return errors.Join(errs...)
+}
+
+// knownPlugin refuses an empty or unknown plugin ID as a bad request.
+func knownPlugin(store *state.StateStore, pluginID string) error {
+	if pluginID == "" {
+		return fmt.Errorf("%w: plugin_id is required", structs.ErrInvalidRequest)
+	}
+	p, err := store.CSIPluginByID(nil, pluginID)
+	if err != nil {
+		return err
+	}
+	if p == nil {
+		return fmt.Errorf("%w: unknown plugin %q: no client reports it", structs.ErrInvalidRequest, pluginID)
+	}
+	return nil
+}
+
+// CreateSnapshot snapshots registered volumes through their plugins'
+// lanes. All source volumes are checked before any snapshot is taken. A
+// snapshot without a name gets one from its volume's ID and the time.
+func (c *CSIVolume) CreateSnapshot(args *structs.CSISnapshotCreateRequest, reply *structs.CSISnapshotCreateResponse) error {
+	if done, err := c.srv.forward("CSIVolume.CreateSnapshot", args, args, reply); done {
+		return err
+	}
+	if len(args.Snapshots) == 0 {
+		return fmt.Errorf("%w: no snapshots given", structs.ErrInvalidRequest)
+	}
+	srv := c.srv
+	store := srv.State()
+	vols := make([]*structs.CSIVolume, len(args.Snapshots))
+	for i, snap := range args.Snapshots {
+		if snap == nil || snap.SourceVolumeID == "" {
+			return fmt.Errorf("%w: every snapshot needs a source volume ID", structs.ErrInvalidRequest)
+		}
+		v, err := store.CSIVolumeByID(nil, structs.DefaultNamespace, snap.SourceVolumeID)
+		if err != nil {
+			return err
+		}
+		if v == nil {
+			return fmt.Errorf("%w: volume %q", structs.ErrNotFound, snap.SourceVolumeID)
+		}
+		if err := knownPlugin(store, v.PluginID); err != nil {
+			return err
+		}
+		vols[i] = v
+	}
+	ctx, cancel := srv.csiProvisionContext()
+	defer cancel()
+	for i, spec := range args.Snapshots {
+		v := vols[i]
+		name := spec.Name
+		if name == "" {
+			name = fmt.Sprintf("%s-%d", v.ID, time.Now().Unix())
+		}
+		secrets := spec.Secrets
+		if secrets == nil {
+			secrets = v.Secrets
+		}
+		var resp structs.ClientCSIControllerCreateSnapshotResponse
+		err := srv.onController(ctx, v.PluginID, "snapshot-create", func(ctx context.Context, cn *structs.Node) error {
+			req := structs.ClientCSIControllerCreateSnapshotRequest{
+				PluginID: v.PluginID, ExternalVolumeID: v.ExternalID, Name: name,
+				Parameters: spec.Parameters, Secrets: secrets,
+				CSIControllerQuery: structs.CSIControllerQuery{ControllerNodeID: cn.ID},
+			}
+			return srv.clientRPC(ctx, cn.ID, "ClientCSI.ControllerCreateSnapshot", &req, &resp)
+		})
+		if err != nil {
+			return fmt.Errorf("snapshotting volume %q: %w", v.ID, err)
+		}
+		if resp.Snapshot == nil {
+			return fmt.Errorf("snapshotting volume %q: plugin %q answered without a snapshot", v.ID, v.PluginID)
+		}
+		reply.Snapshots = append(reply.Snapshots, resp.Snapshot)
+	}
+	return nil
+}
+
+// DeleteSnapshot deletes one snapshot through the plugin's lane. Deleting
+// an unknown snapshot succeeds, as the plugin answers it.
+func (c *CSIVolume) DeleteSnapshot(args *structs.CSISnapshotDeleteRequest, reply *structs.CSISnapshotDeleteResponse) error {
+	if done, err := c.srv.forward("CSIVolume.DeleteSnapshot", args, args, reply); done {
+		return err
+	}
+	srv := c.srv
+	if err := knownPlugin(srv.State(), args.PluginID); err != nil {
+		return err
+	}
+	if args.SnapshotID == "" {
+		return fmt.Errorf("%w: snapshot_id is required", structs.ErrInvalidRequest)
+	}
+	ctx, cancel := srv.csiProvisionContext()
+	defer cancel()
+	err := srv.onController(ctx, args.PluginID, "snapshot-delete", func(ctx context.Context, cn *structs.Node) error {
+		req := structs.ClientCSIControllerDeleteSnapshotRequest{
+			PluginID: args.PluginID, ID: args.SnapshotID, Secrets: args.Secrets,
+			CSIControllerQuery: structs.CSIControllerQuery{ControllerNodeID: cn.ID},
+		}
+		var resp structs.ClientCSIControllerDeleteSnapshotResponse
+		return srv.clientRPC(ctx, cn.ID, "ClientCSI.ControllerDeleteSnapshot", &req, &resp)
+	})
+	if err != nil {
+		return fmt.Errorf("deleting snapshot %q of plugin %q: %w", args.SnapshotID, args.PluginID, err)
+	}
+	return nil
+}
+
+// ListSnapshots lists one page of a plugin's snapshots. Listing changes
+// nothing, so it skips the server's lane (it would otherwise wait behind
+// every queued publish and delete of the plugin) but picks the controller
+// the same way: the first healthy candidate by node ID that answers. The
+// client still runs it in its own per-plugin lane, so it never interleaves
+// with a destructive call at the plugin. It runs on the leader, like the
+// destructive calls, so a listing after a create sees the same controller.
+func (c *CSIVolume) ListSnapshots(args *structs.CSISnapshotListRequest, reply *structs.CSISnapshotListResponse) error {
+	args.AllowStale = false
+	if done, err := c.srv.forward("CSIVolume.ListSnapshots", args, args, reply); done {
+		return err
+	}
+	srv := c.srv
+	store := srv.State()
+	if err := knownPlugin(store, args.PluginID); err != nil {
+		return err
+	}
+	nodes, err := store.Nodes(nil)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(srv.shutdownCtx, csiCallTimeout)
+	defer cancel()
+	_, err = callController(ctx, args.PluginID, controllerCandidates(nodes, args.PluginID), func(ctx context.Context, cn *structs.Node) error {
+		req := structs.ClientCSIControllerListSnapshotsRequest{
+			PluginID: args.PluginID, MaxEntries: args.MaxEntries, StartingToken: args.StartingToken,
+			Secrets: args.Secrets, CSIControllerQuery: structs.CSIControllerQuery{ControllerNodeID: cn.ID},
+		}
+		var resp structs.ClientCSIControllerListSnapshotsResponse
+		if err := srv.clientRPC(ctx, cn.ID, "ClientCSI.ControllerListSnapshots", &req, &resp); err != nil {
+			return err
+		}
+		reply.Snapshots, reply.NextToken = resp.Snapshots, resp.NextToken
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("listing snapshots of plugin %q: %w", args.PluginID, err)
+	}
+	reply.Index, err = store.Index(state.TableCSIPlugins)
+	if reply.Index == 0 {
+		reply.Index = 1
+	}
+	return err
+}

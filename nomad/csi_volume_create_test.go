@@ -1,0 +1,144 @@
+package nomad
+
+import (
+	"testing"
+
+	"github.com/shoenig/test/must"
+
+	"github.com/roamhq/roam/plugins/csi/hostpath"
+	"github.com/roamhq/roam/structs"
+)
+
+func createSpec(id string) *structs.CSIVolume {
+	v := testVolume(id)
+	v.ExternalID = ""
+	v.CapacityMin = 1 << 20
+	v.Context = map[string]string{"mine": "1"}
+	return v
+}
+
+func TestCSIVolume_CreateAndDelete(t *testing.T) {
+	f := newCSIFixture(t)
+	s := f.srv
+
+	// Bad input creates nothing at the plugin.
+	var cresp structs.CSIVolumeCreateResponse
+	bad := createSpec("bad")
+	bad.PluginID = "nope"
+	err := s.RPC("CSIVolume.Create", &structs.CSIVolumeCreateRequest{Volumes: []*structs.CSIVolume{bad}}, &cresp)
+	must.ErrorIs(t, err, structs.ErrInvalidRequest)
+	must.StrContains(t, err.Error(), `unknown plugin "nope"`)
+	err = s.RPC("CSIVolume.Create", &structs.CSIVolumeCreateRequest{}, &cresp)
+	must.ErrorIs(t, err, structs.ErrInvalidRequest)
+
+	err = s.RPC("CSIVolume.Create", &structs.CSIVolumeCreateRequest{Volumes: []*structs.CSIVolume{createSpec("made")}}, &cresp)
+	must.NoError(t, err)
+	must.SliceLen(t, 1, cresp.Volumes)
+	must.NotEq(t, "", cresp.Volumes[0].ExternalID)
+	must.MapEmpty(t, cresp.Volumes[0].Secrets, must.Sprint("the reply is sanitized"))
+	got, err := s.State().CSIVolumeByID(nil, structs.DefaultNamespace, "made")
+	must.NoError(t, err)
+	must.NotNil(t, got)
+	must.Eq(t, cresp.Volumes[0].ExternalID, got.ExternalID)
+	must.Positive(t, got.Capacity)
+	must.Eq(t, "1", got.Context["mine"])
+	must.Eq(t, "s3cret", got.Secrets["token"])
+	calls, err := hostpath.ReadCalls(f.stateDir, "node-a")
+	must.NoError(t, err)
+	must.Eq(t, int64(1), calls["CreateVolume"])
+
+	// Creating a registered ID again is refused before the plugin sees it.
+	err = s.RPC("CSIVolume.Create", &structs.CSIVolumeCreateRequest{Volumes: []*structs.CSIVolume{createSpec("made")}}, &cresp)
+	must.ErrorIs(t, err, structs.ErrInvalidRequest)
+	calls, err = hostpath.ReadCalls(f.stateDir, "node-a")
+	must.NoError(t, err)
+	must.Eq(t, int64(1), calls["CreateVolume"])
+
+	// A claimed volume is not deleted.
+	a1 := f.alloc(t, f.nodeB.ID)
+	_, err = f.claim("made", a1.ID, structs.CSIVolumeClaimStateTaken, f.nodeB.SecretID)
+	must.NoError(t, err)
+	var dresp structs.CSIVolumeDeleteResponse
+	err = s.RPC("CSIVolume.Delete", &structs.CSIVolumeDeleteRequest{VolumeIDs: []string{"made"}}, &dresp)
+	must.ErrorIs(t, err, structs.ErrInvalidRequest)
+	calls, err = hostpath.ReadCalls(f.stateDir, "node-a")
+	must.NoError(t, err)
+	must.Eq(t, int64(0), calls["DeleteVolume"])
+
+	// Detach refuses while the allocation runs, and releases nothing.
+	var uresp structs.CSIVolumeUnpublishResponse
+	err = s.RPC("CSIVolume.Unpublish", &structs.CSIVolumeUnpublishRequest{VolumeID: "made", NodeID: f.nodeB.ID}, &uresp)
+	must.ErrorIs(t, err, structs.ErrInvalidRequest)
+	got, err = s.State().CSIVolumeByID(nil, structs.DefaultNamespace, "made")
+	must.NoError(t, err)
+	must.Eq(t, structs.CSIVolumeClaimStateTaken, got.Claims[a1.ID].State)
+	// A node without claims on the volume has nothing to release.
+	err = s.RPC("CSIVolume.Unpublish", &structs.CSIVolumeUnpublishRequest{VolumeID: "made", NodeID: "other"}, &uresp)
+	must.NoError(t, err)
+	must.SliceEmpty(t, uresp.Released)
+
+	// The node releases its claim; now the volume may go.
+	_, err = f.claim("made", a1.ID, structs.CSIVolumeClaimStateUnpublishing, f.nodeB.SecretID)
+	must.NoError(t, err)
+	err = s.RPC("CSIVolume.Delete", &structs.CSIVolumeDeleteRequest{VolumeIDs: []string{"made"}}, &dresp)
+	must.NoError(t, err)
+	got, err = s.State().CSIVolumeByID(nil, structs.DefaultNamespace, "made")
+	must.NoError(t, err)
+	must.Nil(t, got)
+	calls, err = hostpath.ReadCalls(f.stateDir, "node-a")
+	must.NoError(t, err)
+	must.Eq(t, int64(1), calls["DeleteVolume"])
+	err = s.RPC("CSIVolume.Delete", &structs.CSIVolumeDeleteRequest{VolumeIDs: []string{"made"}}, &dresp)
+	must.ErrorIs(t, err, structs.ErrNotFound)
+
+	overlaps, err := hostpath.ReadOverlaps(f.stateDir, "node-a")
+	must.NoError(t, err)
+	must.Eq(t, int64(0), overlaps)
+}
+
+func TestCSIVolume_Snapshots(t *testing.T) {
+	f := newCSIFixture(t)
+	s := f.srv
+	vol := f.volume(t, "src")
+
+	var cresp structs.CSISnapshotCreateResponse
+	err := s.RPC("CSIVolume.CreateSnapshot", &structs.CSISnapshotCreateRequest{
+		Snapshots: []*structs.CSISnapshotSpec{{SourceVolumeID: "nope"}}}, &cresp)
+	must.ErrorIs(t, err, structs.ErrNotFound)
+	var lresp structs.CSISnapshotListResponse
+	err = s.RPC("CSIVolume.ListSnapshots", &structs.CSISnapshotListRequest{PluginID: "nope"}, &lresp)
+	must.ErrorIs(t, err, structs.ErrInvalidRequest)
+
+	err = s.RPC("CSIVolume.CreateSnapshot", &structs.CSISnapshotCreateRequest{
+		Snapshots: []*structs.CSISnapshotSpec{{SourceVolumeID: vol.ID, Name: "snap1"}}}, &cresp)
+	must.NoError(t, err)
+	must.SliceLen(t, 1, cresp.Snapshots)
+	snapID := cresp.Snapshots[0].ID
+	must.NotEq(t, "", snapID)
+
+	err = s.RPC("CSIVolume.ListSnapshots", &structs.CSISnapshotListRequest{PluginID: "hostpath"}, &lresp)
+	must.NoError(t, err)
+	ids := make([]string, 0, len(lresp.Snapshots))
+	for _, sn := range lresp.Snapshots {
+		ids = append(ids, sn.ID)
+	}
+	must.SliceContains(t, ids, snapID)
+
+	var dresp structs.CSISnapshotDeleteResponse
+	err = s.RPC("CSIVolume.DeleteSnapshot", &structs.CSISnapshotDeleteRequest{PluginID: "hostpath", SnapshotID: snapID}, &dresp)
+	must.NoError(t, err)
+	lresp = structs.CSISnapshotListResponse{}
+	err = s.RPC("CSIVolume.ListSnapshots", &structs.CSISnapshotListRequest{PluginID: "hostpath"}, &lresp)
+	must.NoError(t, err)
+	for _, sn := range lresp.Snapshots {
+		must.NotEq(t, snapID, sn.ID)
+	}
+
+	calls, err := hostpath.ReadCalls(f.stateDir, "node-a")
+	must.NoError(t, err)
+	must.Eq(t, int64(1), calls["CreateSnapshot"])
+	must.Eq(t, int64(1), calls["DeleteSnapshot"])
+	overlaps, err := hostpath.ReadOverlaps(f.stateDir, "node-a")
+	must.NoError(t, err)
+	must.Eq(t, int64(0), overlaps)
+}
