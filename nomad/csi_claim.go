@@ -115,7 +115,29 @@ func (s *Server) claimVolume(ctx context.Context, vol *structs.CSIVolume, claim 
 		}
 	}
 	if err := vol.CanClaim(claim); err != nil {
-		return nil, err
+		if !errors.Is(err, structs.ErrCSIMaxClaims) {
+			return nil, err
+		}
+		// The claims in the way may belong to allocations that are
+		// already over (the one this alloc replaces, on a lost node):
+		// release those now instead of failing the replacement until the
+		// volume watcher gets to them.
+		settled, busy, serr := s.settleStaleClaims(ctx, vol, claim.AllocationID)
+		if serr != nil {
+			// The stale claim could not be released yet (say its node is
+			// alive but unreachable): the caller may come back, and will
+			// get in once the claim is released or the node is down.
+			return nil, fmt.Errorf("%w: volume %s: releasing a stale claim: %v", structs.ErrClaimInProgress, vol.ID, serr)
+		}
+		if err := settled.CanClaim(claim); err != nil {
+			if busy {
+				// A stale claim in the way is being released right now
+				// (by the volume watcher): ask the caller to come back.
+				return nil, fmt.Errorf("%w: volume %s: a stale claim is being released", structs.ErrClaimInProgress, vol.ID)
+			}
+			return nil, err
+		}
+		vol = settled
 	}
 	claim.State = structs.CSIVolumeClaimStatePublishing
 	// The FSM checks admission again at apply time, so two claims racing
@@ -141,6 +163,39 @@ func (s *Server) claimVolume(ctx context.Context, vol *structs.CSIVolume, claim 
 		return nil, err
 	}
 	return claim.PublishContext, nil
+}
+
+// settleStaleClaims releases the volume's claims whose allocation is
+// terminal or gone or whose node is down, and returns the volume as it is
+// afterwards. busy reports a stale claim it left alone because the leader
+// is already releasing it.
+func (s *Server) settleStaleClaims(ctx context.Context, vol *structs.CSIVolume, except string) (_ *structs.CSIVolume, busy bool, _ error) {
+	now := time.Now()
+	for allocID, other := range vol.Claims {
+		if allocID == except || !s.claimStale(other) {
+			continue
+		}
+		k := claimKey{vol.ID, allocID}
+		if !s.claims.start(k) {
+			busy = true
+			continue
+		}
+		err := s.releaseClaim(ctx, vol.ID, allocID, false)
+		s.claims.done(k)
+		if err != nil {
+			return nil, busy, err
+		}
+		s.logger.Info("released a stale claim for a new one", "volume_id", vol.ID, "stale_alloc_id", allocID,
+			"took", time.Since(now))
+	}
+	latest, err := s.State().CSIVolumeByID(nil, structs.DefaultNamespace, vol.ID)
+	if err != nil {
+		return nil, busy, err
+	}
+	if latest == nil {
+		return nil, busy, fmt.Errorf("%w: volume %q", structs.ErrNotFound, vol.ID)
+	}
+	return latest, busy, nil
 }
 
 // rollbackClaim undoes a reservation whose publish failed. If the undo

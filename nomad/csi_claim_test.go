@@ -223,3 +223,45 @@ func TestCSIVolume_WatcherReleasesClaimsOfDownNode(t *testing.T) {
 	must.NoError(t, err)
 	must.Eq(t, int64(1), calls["ControllerUnpublishVolume"])
 }
+
+// A replacement's claim releases the claim of the allocation it replaces
+// when that one is over (its node went down), instead of failing with max
+// claims until the volume watcher gets there (Nomad #8609).
+func TestCSIVolume_ClaimReleasesStaleClaimInTheWay(t *testing.T) {
+	f := newCSIFixture(t)
+	vol := f.volume(t, "data")
+	// Node C is another machine; its storage identity is node-b's, which
+	// the plugin knows.
+	nodeC := workNode("node-c")
+	nodeC.CSINodePlugins = f.nodeB.CSINodePlugins
+	registerNodeRetry(t, f.srv, nodeC)
+	old := f.alloc(t, nodeC.ID)
+	_, err := f.claim(vol.ID, old.ID, structs.CSIVolumeClaimStateTaken, nodeC.SecretID)
+	must.NoError(t, err)
+
+	// Node C dies; the replacement runs on node B and claims at once.
+	f.srv.heartbeats.clear(nodeC.ID)
+	f.srv.markNodeDown(nodeC.ID)
+	repl := f.alloc(t, f.nodeB.ID)
+
+	// The watcher may be releasing the old claim at this very moment, in
+	// which case the claim is asked to come back (retryable), never refused.
+	var resp *structs.CSIVolumeClaimResponse
+	must.Wait(t, wait.InitialSuccess(wait.ErrorFunc(func() error {
+		var err error
+		resp, err = f.claim(vol.ID, repl.ID, structs.CSIVolumeClaimStateTaken, f.nodeB.SecretID)
+		if err != nil && !structs.IsRetryable(err) {
+			t.Fatalf("replacement claim refused: %v", err)
+		}
+		return err
+	}), wait.Timeout(10*time.Second), wait.Gap(20*time.Millisecond)))
+	must.MapContainsKey(t, resp.PublishContext, "device")
+	v, err := f.srv.State().CSIVolumeByID(nil, structs.DefaultNamespace, vol.ID)
+	must.NoError(t, err)
+	must.MapLen(t, 1, v.Claims)
+	must.MapContainsKey(t, v.Claims, repl.ID)
+	calls, err := hostpath.ReadCalls(f.stateDir, "node-a")
+	must.NoError(t, err)
+	must.Eq(t, int64(1), calls["ControllerUnpublishVolume"])
+	must.Eq(t, int64(2), calls["ControllerPublishVolume"])
+}

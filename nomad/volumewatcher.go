@@ -118,7 +118,6 @@ func (s *Server) watchVolumesOnce(ctx context.Context, ws memdb.WatchSet, next m
 
 // claimNeedsSettling reports whether the watcher should release claim.
 func (s *Server) claimNeedsSettling(ws memdb.WatchSet, claim *structs.CSIVolumeClaim, now time.Time) bool {
-	store := s.State()
 	switch claim.State {
 	case structs.CSIVolumeClaimStateUnpublishing, structs.CSIVolumeClaimStateNodeDetached,
 		structs.CSIVolumeClaimStateControllerDetached:
@@ -128,6 +127,15 @@ func (s *Server) claimNeedsSettling(ws memdb.WatchSet, claim *structs.CSIVolumeC
 			return true
 		}
 	}
+	return s.claimStaleWatch(ws, claim)
+}
+
+// claimStale reports whether a claim's allocation is over: terminal or
+// gone, or on a node that is down or gone.
+func (s *Server) claimStale(claim *structs.CSIVolumeClaim) bool { return s.claimStaleWatch(nil, claim) }
+
+func (s *Server) claimStaleWatch(ws memdb.WatchSet, claim *structs.CSIVolumeClaim) bool {
+	store := s.State()
 	alloc, err := store.AllocByID(ws, claim.AllocationID)
 	if err != nil {
 		return false
