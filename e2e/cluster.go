@@ -24,6 +24,10 @@ type Opts struct {
 	// or add settings.
 	ServerConfigExtra string
 	ClientConfigExtra string
+	// ClientConfigFor, if set, returns more HCL for the client named name
+	// (client-0, client-1, ...), appended to ClientConfigExtra: settings
+	// that differ per client, such as a CSI plugin socket.
+	ClientConfigFor func(name string) string
 	// LogLevel of every agent; DEBUG when empty.
 	LogLevel string
 }
@@ -115,7 +119,11 @@ client {
   servers = %s
 }
 `, a.Name, a.DataDir, opts.LogLevel, a.HTTPPort, a.RPCPort, hclList(serverRPC))
-		a.Args = c.writeConfigs(t, a, hcl, opts.ClientConfigExtra)
+		extra := opts.ClientConfigExtra
+		if opts.ClientConfigFor != nil {
+			extra += "\n" + opts.ClientConfigFor(name)
+		}
+		a.Args = c.writeConfigs(t, a, hcl, extra)
 		c.Clients = append(c.Clients, a)
 	}
 

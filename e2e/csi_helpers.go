@@ -1,0 +1,418 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/shoenig/test/must"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/roamhq/roam/api"
+)
+
+// CSI helpers: one built-in hostpath plugin process per client, all sharing
+// one state directory so that every node sees the same "network disks",
+// and readers of the plugins' overlap and call records.
+
+// csiPluginID is the plugin ID every client's plugin is configured under.
+const csiPluginID = "hostpath"
+
+// csiSettle bounds waits for claims, publishes and allocations to settle.
+const csiSettle = 60 * time.Second
+
+// csiCluster is a cluster whose clients each talk to their own hostpath
+// plugin process.
+type csiCluster struct {
+	*Cluster
+	// StateDir is the state directory every plugin process shares.
+	StateDir string
+	// Plugins are the plugin processes by client name.
+	Plugins map[string]*Agent
+	// Sockets are the plugin sockets by client name.
+	Sockets map[string]string
+	// NodeIDs are the clients' node IDs by client name.
+	NodeIDs map[string]string
+}
+
+// csiOpts shapes a csiCluster.
+type csiOpts struct {
+	Servers, Clients int
+	// PublishLatency is the plugins' -publish-latency.
+	PublishLatency time.Duration
+	// MaxVolumesPerNode is the plugins' -max-volumes-per-node (0: default).
+	MaxVolumesPerNode int
+}
+
+// startCSICluster starts one monolith hostpath plugin process per client
+// (node ID = the client's name), then the cluster with each client pointed
+// at its plugin's socket, and waits until the servers count every plugin
+// instance healthy as controller and node.
+func startCSICluster(t *testing.T, opts csiOpts) *csiCluster {
+	t.Helper()
+	roamBinary(t)
+	// Unix socket paths are limited to about 108 bytes, and t.TempDir is
+	// long; keep the sockets and shared state under a short directory.
+	dir, err := os.MkdirTemp("", "roam-csi-")
+	must.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(dir) })
+
+	cc := &csiCluster{
+		StateDir: filepath.Join(dir, "state"),
+		Plugins:  make(map[string]*Agent),
+		Sockets:  make(map[string]string),
+	}
+	must.NoError(t, os.MkdirAll(cc.StateDir, 0o755))
+
+	var plugins []*Agent
+	// Registered before the cluster's cleanup, so it runs after it: the
+	// clients stop before their plugins do.
+	t.Cleanup(func() { stopAndReport(t, plugins) })
+	for i := 0; i < opts.Clients; i++ {
+		name := fmt.Sprintf("client-%d", i)
+		sock := filepath.Join(dir, name+".sock")
+		args := []string{"plugin", "csi-hostpath",
+			"-endpoint", "unix://" + sock,
+			"-node-id", name,
+			"-state-dir", cc.StateDir,
+			"-mode", "monolith",
+			"-publish-latency", opts.PublishLatency.String(),
+		}
+		if opts.MaxVolumesPerNode > 0 {
+			args = append(args, "-max-volumes-per-node", strconv.Itoa(opts.MaxVolumesPerNode))
+		}
+		p := NewAgent(t, "plugin-"+name, filepath.Join(dir, "plugin-"+name), 0, 0, args...)
+		plugins = append(plugins, p)
+		cc.Plugins[name] = p
+		cc.Sockets[name] = sock
+		must.NoError(t, p.Start())
+	}
+	// Clients fingerprint their plugins when they start; the sockets must
+	// answer by then.
+	for name, sock := range cc.Sockets {
+		p := cc.Plugins[name]
+		WaitFor(t, startTimeout, func() error {
+			if !p.Running() {
+				return fmt.Errorf("plugin %s exited (%s):\n%s", p.Name, p.ExitState(), p.LogTail(20))
+			}
+			return probePlugin(sock)
+		})
+	}
+
+	cc.Cluster = StartCluster(t, Opts{
+		Servers: opts.Servers,
+		Clients: opts.Clients,
+		ClientConfigFor: func(name string) string {
+			return fmt.Sprintf(`client {
+  csi_plugin %q {
+    type   = "monolith"
+    socket = %q
+  }
+}
+`, csiPluginID, cc.Sockets[name])
+		},
+	})
+	cc.ReportServerEvents(150)
+	cc.NodeIDs = cc.Cluster.NodeIDs()
+	WaitFor(t, csiSettle, func() error {
+		var p api.CSIPlugin
+		if err := GetJSON(cc.API(), "/v1/plugin/csi/"+csiPluginID, &p); err != nil {
+			return err
+		}
+		if p.ControllersHealthy != opts.Clients || p.NodesHealthy != opts.Clients {
+			return fmt.Errorf("plugin %s: %d/%d controllers and %d/%d nodes healthy, want %d",
+				csiPluginID, p.ControllersHealthy, p.ControllersExpected, p.NodesHealthy, p.NodesExpected, opts.Clients)
+		}
+		return nil
+	})
+	return cc
+}
+
+// dialPlugin opens a gRPC connection to a plugin socket.
+func dialPlugin(sock string) (*grpc.ClientConn, error) {
+	return grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+}
+
+// probePlugin calls Probe once on the plugin at sock.
+func probePlugin(sock string) error {
+	if _, err := os.Stat(sock); err != nil {
+		return err
+	}
+	conn, err := dialPlugin(sock)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_, err = csi.NewIdentityClient(conn).Probe(ctx, &csi.ProbeRequest{})
+	return err
+}
+
+// createVolumes creates one volume per name through the controller service
+// of client's plugin, one call at a time (concurrent calls would themselves
+// count as overlaps), and returns their external IDs in order.
+func (cc *csiCluster) createVolumes(t *testing.T, client string, names ...string) []string {
+	t.Helper()
+	conn, err := dialPlugin(cc.Sockets[client])
+	must.NoError(t, err)
+	defer conn.Close()
+	ctrl := csi.NewControllerClient(conn)
+	ids := make([]string, 0, len(names))
+	for _, name := range names {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		resp, err := ctrl.CreateVolume(ctx, &csi.CreateVolumeRequest{
+			Name: name,
+			VolumeCapabilities: []*csi.VolumeCapability{{
+				AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{}},
+				AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER},
+			}},
+		})
+		cancel()
+		must.NoError(t, err, must.Sprintf("CreateVolume %s", name))
+		ids = append(ids, resp.GetVolume().GetVolumeId())
+	}
+	return ids
+}
+
+// volumeSpec is a volume register file for a single-node-writer
+// file-system volume of the hostpath plugin.
+func volumeSpec(id, externalID string) string {
+	return fmt.Sprintf(`id          = %q
+name        = %q
+type        = "csi"
+plugin_id   = %q
+external_id = %q
+
+capability {
+  access_mode     = "single-node-writer"
+  attachment_mode = "file-system"
+}
+`, id, id, csiPluginID, externalID)
+}
+
+// registerVolumeCLI registers a volume with `roam volume register FILE`.
+func (cc *csiCluster) registerVolumeCLI(t *testing.T, id, externalID string) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "volume.hcl")
+	must.NoError(t, os.WriteFile(path, []byte(volumeSpec(id, externalID)), 0o644))
+	cc.MustCLI("volume", "register", path)
+}
+
+// registerVolumeHTTP registers a volume with PUT /v1/volume/csi/:id.
+func (cc *csiCluster) registerVolumeHTTP(t *testing.T, id, externalID string) {
+	t.Helper()
+	body := map[string]any{"Volumes": []map[string]any{{
+		"ID": id, "Name": id, "ExternalID": externalID, "PluginID": csiPluginID,
+		"RequestedCapabilities": []map[string]string{{
+			"AccessMode": api.CSIAccessModeSingleNodeWriter, "AttachmentMode": api.CSIAttachmentModeFilesystem,
+		}},
+	}}}
+	must.NoError(t, SendJSON("PUT", cc.API(), "/v1/volume/csi/"+url.PathEscape(id), body, nil))
+}
+
+// volume reads GET /v1/volume/csi/:id.
+func (cc *csiCluster) volume(id string) (*api.CSIVolume, error) {
+	var v api.CSIVolume
+	err := GetJSON(cc.API(), "/v1/volume/csi/"+url.PathEscape(id), &v)
+	return &v, err
+}
+
+// claimsString renders a volume's claims for failure messages.
+func claimsString(v *api.CSIVolume) string {
+	if len(v.Claims) == 0 {
+		return "no claims"
+	}
+	var parts []string
+	for _, c := range v.Claims {
+		parts = append(parts, fmt.Sprintf("alloc=%.8s node=%.8s mode=%s state=%s", c.AllocationID, c.NodeID, c.Mode, c.State))
+	}
+	return strings.Join(parts, "; ")
+}
+
+// overlaps reads the overlap count of the plugin with node ID name; a
+// missing file counts as 0 only if the process never served a controller.
+func (cc *csiCluster) overlaps(name string) (int64, error) {
+	b, err := os.ReadFile(filepath.Join(cc.StateDir, "overlaps-"+name))
+	if err != nil {
+		return 0, err
+	}
+	return strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+}
+
+// calls reads the destructive controller call counts of the plugin with
+// node ID name.
+func (cc *csiCluster) calls(name string) (map[string]int64, error) {
+	b, err := os.ReadFile(filepath.Join(cc.StateDir, "calls-"+name+".json"))
+	if err != nil {
+		return nil, err
+	}
+	m := make(map[string]int64)
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, fmt.Errorf("calls-%s.json: %w", name, err)
+	}
+	return m, nil
+}
+
+// mustNoOverlaps checks that no plugin process saw overlapping destructive
+// controller calls.
+func (cc *csiCluster) mustNoOverlaps(t *testing.T) {
+	t.Helper()
+	for name := range cc.Plugins {
+		n, err := cc.overlaps(name)
+		must.NoError(t, err)
+		must.Eq(t, 0, n, must.Sprintf("plugin of %s counted overlapping controller calls; its log:\n%s", name, cc.Plugins[name].LogTail(40)))
+	}
+}
+
+// controllerOrder returns the client names among names sorted by node ID,
+// lowest first: the order in which the leader tries controllers.
+func (cc *csiCluster) controllerOrder(names ...string) []string {
+	if len(names) == 0 {
+		for name := range cc.NodeIDs {
+			names = append(names, name)
+		}
+	}
+	out := append([]string(nil), names...)
+	sort.Slice(out, func(i, j int) bool { return cc.NodeIDs[out[i]] < cc.NodeIDs[out[j]] })
+	return out
+}
+
+// clientName returns the client name of nodeID.
+func (cc *csiCluster) clientName(nodeID string) string {
+	for name, id := range cc.NodeIDs {
+		if id == nodeID {
+			return name
+		}
+	}
+	return ""
+}
+
+// clientIndex returns the index in Clients of the client named name.
+func (cc *csiCluster) clientIndex(name string) int {
+	for i, a := range cc.Clients {
+		if a.Name == name {
+			return i
+		}
+	}
+	return -1
+}
+
+// csiJob is a job of one group "g" whose task "t" runs script under
+// /bin/sh with the group's CSI volume "data" (source, per_alloc as given)
+// mounted at $ROAM_TASK_DIR/data. groupExtra is more HCL for the group.
+func csiJob(id, typ string, count int, source string, perAlloc bool, groupExtra, script string) string {
+	return fmt.Sprintf(`job %q {
+  type        = %q
+  datacenters = ["dc1"]
+
+  group "g" {
+    count = %d
+%s
+    volume "data" {
+      type            = "csi"
+      source          = %q
+      per_alloc       = %t
+      access_mode     = "single-node-writer"
+      attachment_mode = "file-system"
+    }
+
+    task "t" {
+      driver = "raw_exec"
+      config {
+        command = "/bin/sh"
+        args    = ["-c", %q]
+      }
+      volume_mount {
+        volume      = "data"
+        destination = "data"
+      }
+      resources {
+        cpu    = 20
+        memory = 16
+      }
+    }
+  }
+}
+`, id, typ, count, groupExtra, source, perAlloc, script)
+}
+
+// oneAlloc is a WaitJobAllocs condition: exactly one allocation, in client
+// status want; a failed one ends the wait early with its task events.
+func oneAlloc(want string) func([]*Alloc) error {
+	return func(list []*Alloc) error {
+		if len(list) != 1 {
+			return fmt.Errorf("want 1 allocation, have %d", len(list))
+		}
+		a := list[0]
+		if a.ClientStatus == "failed" && want != "failed" {
+			return errFatal(fmt.Errorf("allocation %s failed: %s", a, taskEvents(a)))
+		}
+		if a.ClientStatus != want {
+			return fmt.Errorf("allocation %s is %s, want %s", a, a.ClientStatus, want)
+		}
+		return nil
+	}
+}
+
+// fatalErr marks a condition error that no amount of waiting will fix.
+type fatalErr struct{ error }
+
+func errFatal(err error) error { return fatalErr{err} }
+
+// waitCSIAllocs is WaitJobAllocs that stops at once on a fatal error.
+func (cc *csiCluster) waitCSIAllocs(t *testing.T, jobID string, timeout time.Duration, cond func([]*Alloc) error) []*Alloc {
+	t.Helper()
+	var last []*Alloc
+	err := poll(timeout, func() error {
+		list, err := JobAllocs(cc.API(), jobID)
+		if err != nil {
+			return err
+		}
+		last = list
+		if err := cond(list); err != nil {
+			var f fatalErr
+			if errors.As(err, &f) {
+				return nil // reported below
+			}
+			return fmt.Errorf("%w\nallocations of %s:\n%s", err, jobID, allocTable(list))
+		}
+		return nil
+	})
+	if err == nil {
+		err = cond(last)
+	}
+	if err != nil {
+		t.Fatalf("e2e: allocations of %s: %v", jobID, err)
+	}
+	return last
+}
+
+// taskEvents renders every task's events of a.
+func taskEvents(a *Alloc) string {
+	var b strings.Builder
+	for name, ts := range a.TaskStates {
+		fmt.Fprintf(&b, "task %s %s:", name, ts.State)
+		for _, e := range ts.Events {
+			fmt.Fprintf(&b, " [%s: %s]", e.Type, e.Message)
+		}
+		b.WriteString("; ")
+	}
+	if a.ClientDescription != "" {
+		fmt.Fprintf(&b, "client: %s", a.ClientDescription)
+	}
+	return b.String()
+}
