@@ -76,6 +76,7 @@ func TestParseVolumeSpec(t *testing.T) {
 	for name, tc := range map[string]struct{ src, want string }{
 		"unknown attribute": {"id = \"a\"\ntype = \"csi\"\nplugin_id = \"p\"\nexternal_id = \"e\"\nbogus = 1\n", "v.hcl:5,1: Unsupported argument"},
 		"wrong type":        {"id = \"a\"\ntype = \"host\"\nplugin_id = \"p\"\nexternal_id = \"e\"\n", `v.hcl:2,8: Unsupported volume type; type is "host"`},
+		"missing type":      {"id = \"a\"\nplugin_id = \"p\"\nexternal_id = \"e\"\n", `type is required`},
 		"bad capacity":      {"id = \"a\"\ntype = \"csi\"\nplugin_id = \"p\"\nexternal_id = \"e\"\ncapacity_max = \"lots\"\n", "v.hcl:5,16: Invalid capacity_max"},
 		"missing id":        {"type = \"csi\"\nplugin_id = \"p\"\nexternal_id = \"e\"\n", `Missing required argument; The argument "id" is required`},
 		"syntax":            {"id = \n", "v.hcl:1,"},

@@ -124,6 +124,9 @@ func parseVolumeSpec(filename string, src []byte) (*api.CSIVolume, error) {
 	if vol.Name == "" {
 		vol.Name = vol.ID
 	}
+	if spec.Type == nil {
+		return nil, fmt.Errorf("%s: type is required; set type = \"csi\"", filename)
+	}
 	var typ string
 	errs := gohcl.DecodeExpression(spec.Type.Expr, nil, &typ)
 	if !errs.HasErrors() && typ != "csi" {
