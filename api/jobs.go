@@ -76,6 +76,16 @@ type Task struct {
 	KillSignal   string
 	VolumeMounts []*VolumeMount
 	Meta         map[string]string
+	// CSIPluginConfig makes the task a CSI plugin the client manages.
+	CSIPluginConfig *TaskCSIPluginConfig `json:",omitempty"`
+}
+
+// TaskCSIPluginConfig says which CSI plugin a task serves and where,
+// relative to its task directory, it puts its socket.
+type TaskCSIPluginConfig struct {
+	ID       string
+	Type     string
+	MountDir string `json:",omitempty"`
 }
 
 // Resources a task asks for.

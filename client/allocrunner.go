@@ -113,6 +113,8 @@ type allocRunnerConfig struct {
 	logger   hclog.Logger
 	report   func(*structs.Allocation, bool)
 	restored *restoredAlloc // nil for a new allocation
+	// csi takes the allocation's CSI plugin tasks; nil ignores them.
+	csi csiPluginHost
 }
 
 func newAllocRunner(cfg allocRunnerConfig) *allocRunner {
@@ -160,6 +162,11 @@ func newAllocRunner(cfg allocRunnerConfig) *allocRunner {
 			notify:  ar.taskStateChanged,
 			killCh:  make(chan struct{}),
 			doneCh:  make(chan struct{}),
+			csi:     cfg.csi,
+		}
+		if task.CSIPluginConfig != nil {
+			tr.csiSocket, tr.csiDir = csiPluginSocket(alloc.ID, task, dirs)
+			tr.env["CSI_ENDPOINT"] = "unix://" + tr.csiSocket
 		}
 		if cfg.restored != nil && cfg.restored.Tasks[task.Name] != nil {
 			local := cfg.restored.Tasks[task.Name]

@@ -33,7 +33,9 @@ type allocManagerConfig struct {
 	Driver  *rawexec.Driver
 	// VolumeHook mounts group volumes; nil means volumes are unsupported.
 	VolumeHook VolumeHook
-	Logger     hclog.Logger
+	// CSI takes the CSI plugin tasks the node runs; nil ignores them.
+	CSI    csiPluginHost
+	Logger hclog.Logger
 	// Registered is closed once the node is registered; the watcher waits
 	// for it before its first query.
 	Registered <-chan struct{}
@@ -127,6 +129,7 @@ func (m *allocManager) startRunner(alloc *structs.Allocation, restored *restored
 		logger:   m.logger,
 		report:   m.updater.update,
 		restored: restored,
+		csi:      m.cfg.CSI,
 	})
 	m.mu.Lock()
 	m.runners[alloc.ID] = ar

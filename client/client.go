@@ -105,10 +105,11 @@ func NewClient(config *Config) (*Client, error) {
 		db.close()
 		return nil, err
 	}
-	// An explicitly configured hook wins; otherwise, with CSI plugins on
-	// this host, the CSI volume manager mounts group volumes.
+	// An explicitly configured hook wins; otherwise the CSI volume manager
+	// mounts group volumes, through plugins configured on this host or
+	// run by its tasks.
 	volumeHook := config.VolumeHook
-	if volumeHook == nil && len(config.CSIPlugins) > 0 {
+	if volumeHook == nil {
 		volumeHook = c.csiVolumes
 	}
 	c.allocs = newAllocManager(allocManagerConfig{
@@ -118,6 +119,7 @@ func NewClient(config *Config) (*Client, error) {
 		DB:              db,
 		Driver:          driver,
 		VolumeHook:      volumeHook,
+		CSI:             c.csi,
 		Logger:          c.logger,
 		Registered:      c.registeredCh,
 		MaxQueryTime:    structs.DefaultBlockingQueryWait,

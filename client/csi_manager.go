@@ -85,7 +85,7 @@ func newCSIManager(cfg csiManagerConfig) *csiManager {
 
 // AddPlugin starts managing a plugin: it is fingerprinted at once and then
 // every FingerprintInterval. Configured plugins come through here, and
-// plugins started by tasks will too. A plugin ID may be added once.
+// so do plugins started by tasks (csi_plugin_task.go). A plugin ID may be added once.
 func (m *csiManager) AddPlugin(cfg *CSIPluginConfig) error {
 	if err := cfg.Validate(); err != nil {
 		return err

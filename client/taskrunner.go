@@ -38,6 +38,12 @@ type taskRunner struct {
 	driver  *rawexec.Driver
 	db      *stateDB
 	logger  hclog.Logger
+	// csi takes plugin tasks (task.CSIPluginConfig set); csiSocket is where
+	// such a task listens and csiDir its mount_dir. csiSocket is empty for
+	// other tasks.
+	csi       csiPluginHost
+	csiSocket string
+	csiDir    string
 	// notify tells the alloc runner the task's state changed. It is called
 	// without tr.mu held.
 	notify func()
@@ -141,6 +147,7 @@ func (tr *taskRunner) run(ctx context.Context) {
 	if dead {
 		return
 	}
+	defer tr.startCSIPlugin(ctx)()
 
 	var (
 		handle *rawexec.Handle
@@ -278,6 +285,9 @@ func (tr *taskRunner) start(ctx context.Context) (*rawexec.Handle, error) {
 	}
 	command, args, err := parseRawExecConfig(tr.task.Config)
 	if err != nil {
+		return nil, err
+	}
+	if err := tr.prepareCSIPlugin(); err != nil {
 		return nil, err
 	}
 	h, err := tr.driver.Start(ctx, rawexec.TaskConfig{

@@ -93,6 +93,13 @@ type hclTask struct {
 	KillSignal   string            `hcl:"kill_signal,optional"`
 	Meta         *hclAttrs         `hcl:"meta,block"`
 	VolumeMounts []*hclVolumeMount `hcl:"volume_mount,block"`
+	CSIPlugin    *hclCSIPlugin     `hcl:"csi_plugin,block"`
+}
+
+type hclCSIPlugin struct {
+	ID       string `hcl:"id,optional"`
+	Type     string `hcl:"type,optional"`
+	MountDir string `hcl:"mount_dir,optional"`
 }
 
 type hclResources struct {
@@ -256,6 +263,9 @@ func (d *decoder) task(ht *hclTask) *structs.Task {
 			Destination: vm.Destination,
 			ReadOnly:    vm.ReadOnly,
 		})
+	}
+	if p := ht.CSIPlugin; p != nil {
+		t.CSIPluginConfig = &structs.TaskCSIPluginConfig{ID: p.ID, Type: p.Type, MountDir: p.MountDir}
 	}
 	return t
 }

@@ -2,6 +2,7 @@ package jobspec
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -399,4 +400,44 @@ func oneTask(group, task string) string {
     }
   }
 }`
+}
+
+func TestParseHCL_CSIPlugin(t *testing.T) {
+	src := `
+job "plugin" {
+  type = "system"
+  group "p" {
+    task "t" {
+      driver = "raw_exec"
+      config {
+        command = "/bin/plugin"
+      }
+      csi_plugin {
+        id        = "hostpath"
+        type      = "monolith"
+        mount_dir = "sock"
+      }
+    }
+    task "defaulted" {
+      driver = "raw_exec"
+      config {
+        command = "/bin/plugin"
+      }
+      csi_plugin {
+        id   = "other"
+        type = "node"
+      }
+    }
+  }
+}
+`
+	job, err := ParseHCL("plugin.hcl", []byte(src))
+	must.NoError(t, err)
+	tasks := job.TaskGroups[0].Tasks
+	must.Eq(t, &structs.TaskCSIPluginConfig{ID: "hostpath", Type: "monolith", MountDir: "sock"}, tasks[0].CSIPluginConfig)
+	must.Eq(t, &structs.TaskCSIPluginConfig{ID: "other", Type: "node", MountDir: structs.DefaultCSIPluginMountDir}, tasks[1].CSIPluginConfig)
+
+	bad := strings.Replace(src, `type      = "monolith"`, `type      = "sidecar"`, 1)
+	_, err = ParseHCL("plugin.hcl", []byte(bad))
+	must.ErrorContains(t, err, `csi_plugin: type "sidecar" is not valid`)
 }

@@ -41,15 +41,16 @@ type jsonGroup struct {
 }
 
 type jsonTask struct {
-	Name         string
-	Driver       string
-	Config       map[string]any
-	Env          map[string]string
-	Resources    *resourcesSpec
-	KillTimeout  *time.Duration // nanoseconds
-	KillSignal   string
-	VolumeMounts []*structs.VolumeMount
-	Meta         map[string]string
+	Name            string
+	Driver          string
+	Config          map[string]any
+	Env             map[string]string
+	Resources       *resourcesSpec
+	KillTimeout     *time.Duration // nanoseconds
+	KillSignal      string
+	VolumeMounts    []*structs.VolumeMount
+	Meta            map[string]string
+	CSIPluginConfig *structs.TaskCSIPluginConfig
 }
 
 // ParseJSON parses a job in the JSON shape of Nomad's HTTP API, either
@@ -148,6 +149,8 @@ func (jj *jsonJob) job() *structs.Job {
 				Resources:  t.Resources.build(),
 				KillSignal: t.KillSignal,
 				Meta:       t.Meta,
+
+				CSIPluginConfig: t.CSIPluginConfig,
 			}
 			for _, vm := range t.VolumeMounts {
 				if vm != nil {

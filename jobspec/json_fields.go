@@ -122,6 +122,13 @@ var taskFields = schema{
 	"LogConfig": clientDefault(map[string]any{
 		"MaxFiles": int64(10), "MaxFileSizeMB": int64(10),
 	}),
+	// A plugin task's socket directory is relative to its task directory;
+	// Nomad's client defaults it to "/csi", which reads the same.
+	"CSIPluginConfig": readObject(schema{
+		"ID": read, "Type": read, "MountDir": read,
+		"StagePublishBaseDir": clientDefault("/local/csi"),
+		"HealthTimeout":       clientDefault(int64(30e9)),
+	}),
 }
 
 // walker checks a decoded JSON tree against a schema and returns the

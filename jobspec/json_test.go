@@ -344,3 +344,23 @@ func TestParseJSON(t *testing.T) {
 		})
 	}
 }
+
+func TestParseJSON_NomadClientCSIPlugin(t *testing.T) {
+	job, err := ParseJSON(marshalRegister(t, nomadJob(structs.JobTypeSystem, 1, func(j *api.Job) {
+		j.TaskGroups[0].Volumes = nil
+		task := j.TaskGroups[0].Tasks[0]
+		task.VolumeMounts = nil
+		task.CSIPluginConfig = &api.TaskCSIPluginConfig{ID: "hostpath", Type: api.CSIPluginTypeMonolith}
+	})))
+	must.NoError(t, err)
+	// Nomad's client fills in MountDir "/csi": inside the task directory.
+	must.Eq(t, &structs.TaskCSIPluginConfig{ID: "hostpath", Type: "monolith", MountDir: "/csi"},
+		job.TaskGroups[0].Tasks[0].CSIPluginConfig)
+
+	_, err = ParseJSON(marshalRegister(t, nomadJob(structs.JobTypeSystem, 1, func(j *api.Job) {
+		j.TaskGroups[0].Tasks[0].CSIPluginConfig = &api.TaskCSIPluginConfig{
+			ID: "hostpath", Type: api.CSIPluginTypeNode, HealthTimeout: time.Minute,
+		}
+	})))
+	must.ErrorContains(t, err, "Job.TaskGroups[0].Tasks[0].CSIPluginConfig.HealthTimeout is not supported")
+}

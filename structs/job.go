@@ -3,7 +3,9 @@ package structs
 import (
 	"errors"
 	"fmt"
+	"path/filepath"
 	"regexp"
+	"strings"
 	"time"
 )
 
@@ -91,6 +93,34 @@ type Task struct {
 	KillSignal   string
 	VolumeMounts []*VolumeMount
 	Meta         map[string]string
+	// CSIPluginConfig, when set, makes the task a CSI plugin: the client
+	// tells it where to listen (CSI_ENDPOINT) and manages it while it runs.
+	CSIPluginConfig *TaskCSIPluginConfig
+}
+
+// CSI plugin types a task may declare: which of the plugin's services the
+// client uses.
+const (
+	CSIPluginTypeController = "controller"
+	CSIPluginTypeNode       = "node"
+	CSIPluginTypeMonolith   = "monolith"
+)
+
+// DefaultCSIPluginMountDir is where, inside its task directory, a plugin
+// task creates its socket unless it says otherwise.
+const DefaultCSIPluginMountDir = "csi"
+
+// TaskCSIPluginConfig describes the CSI plugin a task serves.
+type TaskCSIPluginConfig struct {
+	// ID is the plugin ID volumes name.
+	ID string
+	// Type is CSIPluginTypeController, CSIPluginTypeNode or
+	// CSIPluginTypeMonolith.
+	Type string
+	// MountDir is the directory, relative to the task directory, in which
+	// the plugin creates its socket (csi.sock). A leading "/" is accepted,
+	// as Nomad writes it, and still means the task directory.
+	MountDir string
 }
 
 // Resources a task asks for.
@@ -226,6 +256,9 @@ func (j *Job) Canonicalize() {
 			if t.KillSignal == "" {
 				t.KillSignal = "SIGINT"
 			}
+			if p := t.CSIPluginConfig; p != nil && p.MountDir == "" {
+				p.MountDir = DefaultCSIPluginMountDir
+			}
 		}
 		for name, v := range tg.Volumes {
 			if v.Name == "" {
@@ -352,8 +385,31 @@ func (tg *TaskGroup) validate(jobType string) error {
 				add("task %q: volume_mount of %q needs a destination", t.Name, vm.Volume)
 			}
 		}
+		if p := t.CSIPluginConfig; p != nil {
+			if p.ID == "" {
+				add("task %q: csi_plugin: id is required", t.Name)
+			}
+			switch p.Type {
+			case CSIPluginTypeController, CSIPluginTypeNode, CSIPluginTypeMonolith:
+			default:
+				add("task %q: csi_plugin: type %q is not valid (controller, node or monolith)", t.Name, p.Type)
+			}
+			if !validCSIMountDir(p.MountDir) {
+				add("task %q: csi_plugin: mount_dir %q must stay inside the task directory", t.Name, p.MountDir)
+			}
+		}
 	}
 	return errors.Join(errs...)
+}
+
+// validCSIMountDir reports whether dir, taken relative to the task
+// directory, stays inside it. Empty means the default.
+func validCSIMountDir(dir string) bool {
+	if dir == "" {
+		return true
+	}
+	rel := strings.TrimLeft(dir, "/")
+	return rel != "" && filepath.IsLocal(rel)
 }
 
 // LookupTaskGroup returns the named group or nil.

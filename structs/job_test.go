@@ -184,6 +184,33 @@ func TestJob_Validate(t *testing.T) {
 			edit: func(j *Job) { j.TaskGroups[0].Tasks[0].VolumeMounts[0].Destination = "" },
 			want: []string{"needs a destination"},
 		},
+		{
+			name: "csi plugin task",
+			edit: func(j *Job) {
+				j.TaskGroups[0].Tasks[0].CSIPluginConfig = &TaskCSIPluginConfig{ID: "hostpath", Type: CSIPluginTypeMonolith, MountDir: "/csi"}
+			},
+		},
+		{
+			name: "csi plugin without id",
+			edit: func(j *Job) {
+				j.TaskGroups[0].Tasks[0].CSIPluginConfig = &TaskCSIPluginConfig{Type: CSIPluginTypeNode}
+			},
+			want: []string{`task "server": csi_plugin: id is required`},
+		},
+		{
+			name: "csi plugin bad type",
+			edit: func(j *Job) {
+				j.TaskGroups[0].Tasks[0].CSIPluginConfig = &TaskCSIPluginConfig{ID: "hostpath", Type: "both"}
+			},
+			want: []string{`csi_plugin: type "both" is not valid`},
+		},
+		{
+			name: "csi plugin mount_dir escapes",
+			edit: func(j *Job) {
+				j.TaskGroups[0].Tasks[0].CSIPluginConfig = &TaskCSIPluginConfig{ID: "hostpath", Type: CSIPluginTypeNode, MountDir: "../x"}
+			},
+			want: []string{`mount_dir "../x" must stay inside the task directory`},
+		},
 		{name: "volume type host", edit: func(j *Job) { j.TaskGroups[0].Volumes["data"].Type = "host" }, want: []string{`volume "data": type "host" is not supported`}},
 		{name: "volume without source", edit: func(j *Job) { j.TaskGroups[0].Volumes["data"].Source = "" }, want: []string{`volume "data": source is required`}},
 		{
@@ -218,4 +245,11 @@ func TestJob_Validate(t *testing.T) {
 			}
 		})
 	}
+}
+
+func TestJob_CanonicalizeCSIPluginMountDir(t *testing.T) {
+	j := validJob(JobTypeSystem)
+	j.TaskGroups[0].Tasks[0].CSIPluginConfig = &TaskCSIPluginConfig{ID: "hostpath", Type: CSIPluginTypeMonolith}
+	j.Canonicalize()
+	must.Eq(t, DefaultCSIPluginMountDir, j.TaskGroups[0].Tasks[0].CSIPluginConfig.MountDir)
 }
