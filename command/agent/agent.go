@@ -37,6 +37,11 @@ type Agent struct {
 	// tempDir is the dev-mode data dir, removed on shutdown.
 	tempDir string
 
+	// bgCancel stops the agent's background work (the dev plugin job's
+	// registration); wg tracks it.
+	bgCancel context.CancelFunc
+	wg       sync.WaitGroup
+
 	shutdownOnce sync.Once
 	shutdownErr  error
 }
@@ -94,6 +99,11 @@ func NewAgent(config *Config, logOutput io.Writer) (a *Agent, err error) {
 		}
 	}
 	a.http = NewHTTPServer(a, httpLn, logger.Named("http"))
+	if a.wantDevCSIPlugin() {
+		var bgCtx context.Context
+		bgCtx, a.bgCancel = context.WithCancel(context.Background())
+		a.startDevCSIPlugin(bgCtx, a.client)
+	}
 	logger.Info("agent started", "http_addr", httpLn.Addr().String(),
 		"server", config.Server.Enabled, "client", config.Client.Enabled, "dev", config.DevMode)
 	return a, nil
@@ -246,6 +256,10 @@ func (a *Agent) InmemMetrics() *metrics.InmemSink { return a.metrics }
 func (a *Agent) Shutdown(ctx context.Context) error {
 	a.shutdownOnce.Do(func() {
 		var errs []error
+		if a.bgCancel != nil {
+			a.bgCancel()
+		}
+		a.wg.Wait()
 		if a.http != nil {
 			if err := a.http.Shutdown(ctx); err != nil {
 				errs = append(errs, fmt.Errorf("http: %w", err))
