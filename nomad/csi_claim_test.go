@@ -265,3 +265,76 @@ func TestCSIVolume_ClaimReleasesStaleClaimInTheWay(t *testing.T) {
 	must.Eq(t, int64(1), calls["ControllerUnpublishVolume"])
 	must.Eq(t, int64(2), calls["ControllerPublishVolume"])
 }
+
+// Each checkpoint of a claim resumes correctly: a leader that finds a claim
+// in any state (left there by a predecessor) finishes the walk from that
+// state, and only the controller calls still owed are made.
+func TestCSIVolume_ClaimCheckpointsResume(t *testing.T) {
+	cases := []struct {
+		state string
+		// Controller calls owed from this state.
+		wantPublish, wantUnpublish int64
+		claimFirst                 bool // resume a claim (else a release)
+	}{
+		{structs.CSIVolumeClaimStatePublishing, 1, 0, true},
+		{structs.CSIVolumeClaimStateTaken, 0, 1, false},
+		{structs.CSIVolumeClaimStateUnpublishing, 0, 1, false},
+		{structs.CSIVolumeClaimStateNodeDetached, 0, 1, false},
+		{structs.CSIVolumeClaimStateControllerDetached, 0, 0, false},
+	}
+	f := newCSIFixture(t)
+	// Volumes are created up front: the fixture creates them by calling
+	// the plugin directly, outside the lane, which must not overlap the
+	// lane's calls for earlier cases.
+	vols := make([]*structs.CSIVolume, len(cases))
+	for i := range cases {
+		vols[i] = f.volume(t, fmt.Sprintf("resume-%d", i))
+	}
+	// retry sends a claim change as a client would: again on retryable
+	// answers (the volume watcher may be finishing the same walk).
+	retry := func(t *testing.T, volID, allocID, state string) {
+		must.Wait(t, wait.InitialSuccess(wait.ErrorFunc(func() error {
+			_, err := f.claim(volID, allocID, state, f.nodeB.SecretID)
+			if err != nil && !structs.IsRetryable(err) {
+				t.Fatalf("claim change refused: %v", err)
+			}
+			return err
+		}), wait.Timeout(10*time.Second), wait.Gap(20*time.Millisecond)))
+	}
+	for i, tc := range cases {
+		t.Run(tc.state, func(t *testing.T) {
+			vol := vols[i]
+			a := f.alloc(t, f.nodeB.ID)
+			before, err := hostpath.ReadCalls(f.stateDir, "node-a")
+			must.NoError(t, err)
+			// A predecessor left the claim at tc.state.
+			_, _, err = f.srv.raftApply(structs.CSIVolumeClaimRequestType, &structs.CSIVolumeClaimUpdateRequest{
+				Namespace: structs.DefaultNamespace, VolumeID: vol.ID,
+				Claim: &structs.CSIVolumeClaim{AllocationID: a.ID, NodeID: f.nodeB.ID, ExternalNodeID: "node-b",
+					Mode: structs.CSIVolumeClaimWrite, AccessMode: structs.CSIAccessModeSingleNodeWriter,
+					AttachmentMode: structs.CSIAttachmentModeFilesystem, State: tc.state,
+					UpdatedAt: time.Now().UnixNano()},
+			})
+			must.NoError(t, err)
+
+			if tc.claimFirst {
+				retry(t, vol.ID, a.ID, structs.CSIVolumeClaimStateTaken)
+				v, err := f.srv.State().CSIVolumeByID(nil, structs.DefaultNamespace, vol.ID)
+				must.NoError(t, err)
+				must.Eq(t, structs.CSIVolumeClaimStateTaken, v.Claims[a.ID].State)
+			} else {
+				retry(t, vol.ID, a.ID, structs.CSIVolumeClaimStateUnpublishing)
+				v, err := f.srv.State().CSIVolumeByID(nil, structs.DefaultNamespace, vol.ID)
+				must.NoError(t, err)
+				must.MapEmpty(t, v.Claims)
+			}
+			after, err := hostpath.ReadCalls(f.stateDir, "node-a")
+			must.NoError(t, err)
+			must.Eq(t, tc.wantPublish, after["ControllerPublishVolume"]-before["ControllerPublishVolume"])
+			must.Eq(t, tc.wantUnpublish, after["ControllerUnpublishVolume"]-before["ControllerUnpublishVolume"])
+		})
+	}
+	overlaps, err := hostpath.ReadOverlaps(f.stateDir, "node-a")
+	must.NoError(t, err)
+	must.Eq(t, int64(0), overlaps)
+}
