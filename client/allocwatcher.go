@@ -246,3 +246,36 @@ func (m *allocManager) reconcile(allocs []*structs.Allocation) {
 		})
 	}
 }
+
+// killAll kills every task of every allocation and waits, up to ctx, until
+// they are all dead. Only an ephemeral client (dev mode) does this: a
+// normal shutdown leaves tasks running for the next client to re-attach.
+func (m *allocManager) killAll(ctx context.Context) error {
+	m.mu.Lock()
+	runners := make([]*allocRunner, 0, len(m.runners))
+	for _, ar := range m.runners {
+		runners = append(runners, ar)
+	}
+	m.mu.Unlock()
+	for _, ar := range runners {
+		ar.stop("client is ephemeral and shutting down")
+	}
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		alive := 0
+		for _, ar := range runners {
+			if !ar.allDead() {
+				alive++
+			}
+		}
+		if alive == 0 {
+			return nil
+		}
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			return fmt.Errorf("%d allocations still running: %w", alive, ctx.Err())
+		}
+	}
+}

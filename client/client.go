@@ -375,6 +375,13 @@ func (c *Client) register(resp *structs.NodeUpdateResponse) error {
 // to the servers; a terminal status goes out at once.
 const allocUpdateInterval = 200 * time.Millisecond
 
+// KillAllTasks kills every running task and waits, up to ctx, for them to
+// die. It is for ephemeral clients (dev mode), whose data dir goes away
+// with them; a normal Shutdown leaves tasks running to be re-attached.
+func (c *Client) KillAllTasks(ctx context.Context) error {
+	return c.allocs.killAll(ctx)
+}
+
 // Shutdown stops heartbeating, stops the alloc runners' goroutines and
 // closes the server session and the state DB. Tasks keep running: a
 // restarted client on the same data dir re-attaches to them. The node is

@@ -265,6 +265,15 @@ func (a *Agent) Shutdown(ctx context.Context) error {
 				errs = append(errs, fmt.Errorf("http: %w", err))
 			}
 		}
+		if a.client != nil && a.config.DevMode {
+			// Dev mode is ephemeral: its tasks (the CSI plugin job among
+			// them) must not outlive the data dir removed below.
+			kctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			if err := a.client.KillAllTasks(kctx); err != nil {
+				errs = append(errs, fmt.Errorf("client: kill dev tasks: %w", err))
+			}
+			cancel()
+		}
 		if a.client != nil {
 			if err := a.client.Shutdown(ctx); err != nil {
 				errs = append(errs, fmt.Errorf("client: %w", err))
