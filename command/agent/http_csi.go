@@ -132,11 +132,10 @@ type csiVolumeRegisterReply struct {
 	Warnings string
 }
 
-// csiVolumeRegister answers PUT/POST /v1/volume/csi/:id with body
-// {"Volumes": [...]}. A single volume without an ID takes the path's; a
-// single volume with another ID is refused. Bad input is a 400 and
-// nothing is written.
-func (s *HTTPServer) csiVolumeRegister(w http.ResponseWriter, r *http.Request) (any, error) {
+// decodeVolumesBody reads a {"Volumes": [...]} body (register and create
+// share it). A single volume without an ID takes the path's; a single
+// volume with another ID is refused.
+func decodeVolumesBody(r *http.Request, op string) ([]*structs.CSIVolume, error) {
 	pathVolID := pathID(r, csiVolumePathPrefix)
 	body, err := readBody(r, maxVolumeBody)
 	if err != nil {
@@ -144,26 +143,39 @@ func (s *HTTPServer) csiVolumeRegister(w http.ResponseWriter, r *http.Request) (
 	}
 	var in csiVolumeRegisterBody
 	if err := json.Unmarshal(body, &in); err != nil {
-		return nil, badRequest("Failed to decode volume register request: %v", err)
+		return nil, badRequest("Failed to decode volume %s request: %v", op, err)
 	}
 	if len(in.Volumes) == 0 {
 		return nil, badRequest("Volumes must be specified")
 	}
-	args := structs.CSIVolumeRegisterRequest{}
+	vols := make([]*structs.CSIVolume, 0, len(in.Volumes))
 	for _, v := range in.Volumes {
 		if v == nil {
 			return nil, badRequest("Volumes must not hold null")
 		}
-		args.Volumes = append(args.Volumes, v.toStruct())
+		vols = append(vols, v.toStruct())
 	}
-	if len(args.Volumes) == 1 {
-		switch v := args.Volumes[0]; {
+	if len(vols) == 1 {
+		switch v := vols[0]; {
 		case v.ID == "":
 			v.ID = pathVolID
 		case v.ID != pathVolID:
 			return nil, badRequest("Volume ID %q does not match the volume ID in the URL %q", v.ID, pathVolID)
 		}
 	}
+	return vols, nil
+}
+
+// csiVolumeRegister answers PUT/POST /v1/volume/csi/:id with body
+// {"Volumes": [...]}. A single volume without an ID takes the path's; a
+// single volume with another ID is refused. Bad input is a 400 and
+// nothing is written.
+func (s *HTTPServer) csiVolumeRegister(w http.ResponseWriter, r *http.Request) (any, error) {
+	vols, err := decodeVolumesBody(r, "register")
+	if err != nil {
+		return nil, err
+	}
+	args := structs.CSIVolumeRegisterRequest{Volumes: vols}
 	s.parseWrite(r, &args.WriteRequest)
 	var reply structs.CSIVolumeRegisterResponse
 	if err := s.rpc(r, "CSIVolume.Register", &args, &reply); err != nil {

@@ -44,33 +44,11 @@ type csiVolumeCreateReply struct {
 // {"Volumes": [...]}, shaped as for a register but without external IDs.
 // A single volume without an ID takes the path's.
 func (s *HTTPServer) csiVolumeCreate(w http.ResponseWriter, r *http.Request) (any, error) {
-	pathVolID := pathID(r, csiVolumePathPrefix)
-	body, err := readBody(r, maxVolumeBody)
+	vols, err := decodeVolumesBody(r, "create")
 	if err != nil {
 		return nil, err
 	}
-	var in csiVolumeRegisterBody
-	if err := json.Unmarshal(body, &in); err != nil {
-		return nil, badRequest("Failed to decode volume create request: %v", err)
-	}
-	if len(in.Volumes) == 0 {
-		return nil, badRequest("Volumes must be specified")
-	}
-	args := structs.CSIVolumeCreateRequest{}
-	for _, v := range in.Volumes {
-		if v == nil {
-			return nil, badRequest("Volumes must not hold null")
-		}
-		args.Volumes = append(args.Volumes, v.toStruct())
-	}
-	if len(args.Volumes) == 1 {
-		switch v := args.Volumes[0]; {
-		case v.ID == "":
-			v.ID = pathVolID
-		case v.ID != pathVolID:
-			return nil, badRequest("Volume ID %q does not match the volume ID in the URL %q", v.ID, pathVolID)
-		}
-	}
+	args := structs.CSIVolumeCreateRequest{Volumes: vols}
 	s.parseWrite(r, &args.WriteRequest)
 	var reply structs.CSIVolumeCreateResponse
 	if err := s.rpc(r, "CSIVolume.Create", &args, &reply); err != nil {
