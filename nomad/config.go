@@ -68,6 +68,10 @@ type Config struct {
 	// plus HeartbeatGrace.
 	FailoverHeartbeatTTL time.Duration
 
+	// LeaveDrainTimeout bounds how long a leader that is shutting down waits
+	// for its in-flight controller calls before it hands leadership over.
+	LeaveDrainTimeout time.Duration
+
 	// RPCHoldTimeout is how long a request waits for a leader before
 	// failing with ErrNoLeader.
 	RPCHoldTimeout time.Duration
@@ -97,6 +101,7 @@ func DefaultConfig() *Config {
 		HeartbeatGrace:         10 * time.Second,
 		FailoverHeartbeatTTL:   20 * time.Second,
 		RPCHoldTimeout:         5 * time.Second,
+		LeaveDrainTimeout:      30 * time.Second,
 		RPCMaxFrameBytes:       4 << 20,
 		RPCHandshakeTimeout:    10 * time.Second,
 		Logger:                 hclog.NewNullLogger(),
@@ -159,6 +164,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("config: heartbeat grace = %s, must not be negative", c.HeartbeatGrace)
 	case c.FailoverHeartbeatTTL <= 0:
 		return fmt.Errorf("config: failover heartbeat ttl = %s, must be positive", c.FailoverHeartbeatTTL)
+	case c.LeaveDrainTimeout < 0:
+		return fmt.Errorf("config: leave drain timeout = %s, must not be negative", c.LeaveDrainTimeout)
 	case c.RPCHoldTimeout <= 0:
 		return fmt.Errorf("config: rpc hold timeout = %s, must be positive", c.RPCHoldTimeout)
 	case c.RPCMaxFrameBytes < 1024:

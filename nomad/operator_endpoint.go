@@ -138,8 +138,11 @@ func (s *Server) transferLeadership(ctx context.Context, peerID, peerAddr string
 			s.logger.Info("leadership transferred", "new_leader", id, "address", addr, "took", time.Since(start))
 			return id, addr, nil
 		}
+		// Leader observations are not guaranteed (Raft drops them when no
+		// one is reading), so look again now and then as well.
 		select {
 		case <-changed:
+		case <-time.After(25 * time.Millisecond):
 		case <-ctx.Done():
 			return "", "", fmt.Errorf("waiting for the new leader: %w", ctx.Err())
 		}

@@ -36,6 +36,10 @@ type controllerLanes struct {
 	// lanes holds only lanes that are busy; an idle lane is deleted, so the
 	// map does not grow with every plugin ever seen.
 	lanes map[string]*lane
+	// running counts calls whose fn has not returned; idle is closed (and
+	// replaced) whenever it drops to zero.
+	running int
+	idle    chan struct{}
 }
 
 // lane is one plugin's queue. Invariant (under controllerLanes.mu): a lane
@@ -89,6 +93,19 @@ func (l *controllerLanes) Do(ctx context.Context, pluginID string, op string, fn
 		return err
 	}
 
+	l.mu.Lock()
+	l.running++
+	l.mu.Unlock()
+	defer func() {
+		l.mu.Lock()
+		l.running--
+		if l.running == 0 && l.idle != nil {
+			close(l.idle)
+			l.idle = nil
+		}
+		l.mu.Unlock()
+	}()
+
 	callCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.callTimeout)
 	defer cancel()
 
@@ -105,6 +122,30 @@ func (l *controllerLanes) Do(ctx context.Context, pluginID string, op string, fn
 		l.release(pluginID)
 	}
 	return err
+}
+
+// waitIdle waits until no call is running, or ctx ends. It returns how many
+// calls were running when it began. With the parent ended no new call
+// starts, so this is how a departing leader lets in-flight controller
+// calls finish.
+func (l *controllerLanes) waitIdle(ctx context.Context) (int, error) {
+	l.mu.Lock()
+	n := l.running
+	if n == 0 {
+		l.mu.Unlock()
+		return 0, nil
+	}
+	if l.idle == nil {
+		l.idle = make(chan struct{})
+	}
+	idle := l.idle
+	l.mu.Unlock()
+	select {
+	case <-idle:
+		return n, nil
+	case <-ctx.Done():
+		return n, ctx.Err()
+	}
 }
 
 // Depth is the number of callers waiting in pluginID's lane, not counting

@@ -473,6 +473,11 @@ func (s *Server) Raft() *raft.Raft { return s.raft }
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.shutdownOnce.Do(func() {
 		s.logger.Info("server shutting down")
+		// A leader finishes its in-flight controller calls and hands over
+		// first, so the cluster does not wait out an election.
+		if err := s.handoff(ctx); err != nil {
+			s.logger.Warn("handoff failed; shutting down without it", "error", err)
+		}
 		s.shutdownCancel()
 		var errs []error
 		if err := s.listener.Close(); err != nil && !errors.Is(err, net.ErrClosed) {

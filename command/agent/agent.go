@@ -169,6 +169,7 @@ func (a *Agent) setupServer() error {
 	sc.HeartbeatGrace = parseDurationOr(c.Server.HeartbeatGrace, sc.HeartbeatGrace)
 	sc.MinHeartbeatTTL = parseDurationOr(c.Server.MinHeartbeatTTL, sc.MinHeartbeatTTL)
 	sc.FailoverHeartbeatTTL = parseDurationOr(c.Server.FailoverHeartbeatTTL, sc.FailoverHeartbeatTTL)
+	sc.LeaveDrainTimeout = parseDurationOr(c.Server.LeaveDrainTimeout, sc.LeaveDrainTimeout)
 	sc.Logger = a.logger.ResetNamed("")
 
 	ln, err := net.Listen("tcp", sc.RPCAddr)

@@ -56,6 +56,9 @@ type ServerConfig struct {
 	HeartbeatGrace       string `hcl:"heartbeat_grace,optional"`
 	MinHeartbeatTTL      string `hcl:"min_heartbeat_ttl,optional"`
 	FailoverHeartbeatTTL string `hcl:"failover_heartbeat_ttl,optional"`
+	// LeaveDrainTimeout bounds how long a departing leader waits for its
+	// in-flight controller calls before handing leadership over.
+	LeaveDrainTimeout string `hcl:"leave_drain_timeout,optional"`
 	// MaxRPCFrameBytes bounds one RPC request.
 	MaxRPCFrameBytes int `hcl:"max_rpc_frame_bytes,optional"`
 }
@@ -185,6 +188,7 @@ func (c *Config) validateDurations(body hcl.Body) hcl.Diagnostics {
 		check(c.Server.HeartbeatGrace, false, "server", "heartbeat_grace"),
 		check(c.Server.MinHeartbeatTTL, true, "server", "min_heartbeat_ttl"),
 		check(c.Server.FailoverHeartbeatTTL, true, "server", "failover_heartbeat_ttl"),
+		check(c.Server.LeaveDrainTimeout, false, "server", "leave_drain_timeout"),
 	} {
 		if d != nil {
 			diags = append(diags, d)
@@ -255,6 +259,7 @@ func (c *Config) Merge(o *Config) *Config {
 		setStr(&s.HeartbeatGrace, o.Server.HeartbeatGrace)
 		setStr(&s.MinHeartbeatTTL, o.Server.MinHeartbeatTTL)
 		setStr(&s.FailoverHeartbeatTTL, o.Server.FailoverHeartbeatTTL)
+		setStr(&s.LeaveDrainTimeout, o.Server.LeaveDrainTimeout)
 		if o.Server.ServerJoin != nil {
 			j := ServerJoin{}
 			if s.ServerJoin != nil {
