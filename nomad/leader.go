@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	metrics "github.com/hashicorp/go-metrics"
 	"github.com/hashicorp/raft"
 )
 
@@ -42,6 +43,9 @@ func (s *Server) monitorLeadership() {
 // previous leader committed, then starts the leader's duties under a
 // context that revokeLeadership cancels.
 func (s *Server) establishLeadership() {
+	// Raft stops updating the last contact once this server campaigns, so
+	// it is the last time the previous leader was heard from.
+	lastContact := s.raft.LastContact()
 	s.logger.Info("cluster leadership acquired")
 	if err := s.waitFuture(s.raft.Barrier(time.Minute)); err != nil {
 		// Without the barrier this leader's view may be stale, and a leader
@@ -91,6 +95,21 @@ func (s *Server) establishLeadership() {
 		defer s.leaderWG.Done()
 		s.reconcileLoop(ctx)
 	}()
+	s.reportLeaderlessGap(lastContact)
+}
+
+// reportLeaderlessGap logs and records how long the cluster went without a
+// leader able to serve: from the last time this server heard from the
+// previous leader until its own duties started. A server that never had a
+// leader before (first bootstrap) has nothing to report.
+func (s *Server) reportLeaderlessGap(lastContact time.Time) {
+	if lastContact.IsZero() {
+		s.logger.Info("leader duties started")
+		return
+	}
+	gap := time.Since(lastContact)
+	metrics.AddSample([]string{"leader", "leaderless_gap"}, float32(gap.Seconds()*1000))
+	s.logger.Info("leader duties started", "leaderless_gap", gap)
 }
 
 // revokeLeadership stops every leader duty and waits for them to return.
