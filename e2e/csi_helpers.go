@@ -46,6 +46,20 @@ type csiCluster struct {
 	Sockets map[string]string
 	// NodeIDs are the clients' node IDs by client name.
 	NodeIDs map[string]string
+	// Extra are the plugins of csiOpts.ExtraPluginIDs by plugin ID.
+	Extra map[string]*csiPluginSet
+}
+
+// csiPluginSet is one more plugin ID: a monolith hostpath plugin process
+// per client, all sharing a state directory of their own, so that the
+// plugin is a storage provider separate from the default one.
+type csiPluginSet struct {
+	ID       string
+	StateDir string
+	// Plugins are the plugin processes by client name.
+	Plugins map[string]*Agent
+	// Sockets are the plugin sockets by client name.
+	Sockets map[string]string
 }
 
 // csiOpts shapes a csiCluster.
@@ -55,6 +69,9 @@ type csiOpts struct {
 	PublishLatency time.Duration
 	// MaxVolumesPerNode is the plugins' -max-volumes-per-node (0: default).
 	MaxVolumesPerNode int
+	// ExtraPluginIDs are more plugin IDs besides csiPluginID, each served
+	// like it by one plugin process per client, with its own state dir.
+	ExtraPluginIDs []string
 }
 
 // startCSICluster starts one monolith hostpath plugin process per client
@@ -74,70 +91,100 @@ func startCSICluster(t *testing.T, opts csiOpts) *csiCluster {
 		StateDir: filepath.Join(dir, "state"),
 		Plugins:  make(map[string]*Agent),
 		Sockets:  make(map[string]string),
+		Extra:    make(map[string]*csiPluginSet),
 	}
 	must.NoError(t, os.MkdirAll(cc.StateDir, 0o755))
+	for _, id := range opts.ExtraPluginIDs {
+		set := &csiPluginSet{
+			ID:       id,
+			StateDir: filepath.Join(dir, "state-"+id),
+			Plugins:  make(map[string]*Agent),
+			Sockets:  make(map[string]string),
+		}
+		must.NoError(t, os.MkdirAll(set.StateDir, 0o755))
+		cc.Extra[id] = set
+	}
 
 	var plugins []*Agent
 	// Registered before the cluster's cleanup, so it runs after it: the
 	// clients stop before their plugins do.
 	t.Cleanup(func() { stopAndReport(t, plugins) })
-	for i := 0; i < opts.Clients; i++ {
-		name := fmt.Sprintf("client-%d", i)
-		sock := filepath.Join(dir, name+".sock")
+	startPlugin := func(prefix, name, stateDir string) (*Agent, string) {
+		sock := filepath.Join(dir, prefix+name+".sock")
 		args := []string{"plugin", "csi-hostpath",
 			"-endpoint", "unix://" + sock,
 			"-node-id", name,
-			"-state-dir", cc.StateDir,
+			"-state-dir", stateDir,
 			"-mode", "monolith",
 			"-publish-latency", opts.PublishLatency.String(),
 		}
 		if opts.MaxVolumesPerNode > 0 {
 			args = append(args, "-max-volumes-per-node", strconv.Itoa(opts.MaxVolumesPerNode))
 		}
-		p := NewAgent(t, "plugin-"+name, filepath.Join(dir, "plugin-"+name), 0, 0, args...)
+		p := NewAgent(t, "plugin-"+prefix+name, filepath.Join(dir, "plugin-"+prefix+name), 0, 0, args...)
 		plugins = append(plugins, p)
-		cc.Plugins[name] = p
-		cc.Sockets[name] = sock
 		must.NoError(t, p.Start())
+		return p, sock
+	}
+	for i := 0; i < opts.Clients; i++ {
+		name := fmt.Sprintf("client-%d", i)
+		cc.Plugins[name], cc.Sockets[name] = startPlugin("", name, cc.StateDir)
+		for _, id := range opts.ExtraPluginIDs {
+			set := cc.Extra[id]
+			set.Plugins[name], set.Sockets[name] = startPlugin(id+"-", name, set.StateDir)
+		}
 	}
 	// Clients fingerprint their plugins when they start; the sockets must
 	// answer by then.
-	for name, sock := range cc.Sockets {
-		p := cc.Plugins[name]
-		WaitFor(t, startTimeout, func() error {
-			if !p.Running() {
-				return fmt.Errorf("plugin %s exited (%s):\n%s", p.Name, p.ExitState(), p.LogTail(20))
-			}
-			return probePlugin(sock)
-		})
+	waitSockets := func(procs map[string]*Agent, sockets map[string]string) {
+		for name, sock := range sockets {
+			p := procs[name]
+			WaitFor(t, startTimeout, func() error {
+				if !p.Running() {
+					return fmt.Errorf("plugin %s exited (%s):\n%s", p.Name, p.ExitState(), p.LogTail(20))
+				}
+				return probePlugin(sock)
+			})
+		}
+	}
+	waitSockets(cc.Plugins, cc.Sockets)
+	for _, set := range cc.Extra {
+		waitSockets(set.Plugins, set.Sockets)
 	}
 
 	cc.Cluster = StartCluster(t, Opts{
 		Servers: opts.Servers,
 		Clients: opts.Clients,
 		ClientConfigFor: func(name string) string {
-			return fmt.Sprintf(`client {
-  csi_plugin %q {
+			block := func(id, sock string) string {
+				return fmt.Sprintf(`  csi_plugin %q {
     type   = "monolith"
     socket = %q
   }
-}
-`, csiPluginID, cc.Sockets[name])
+`, id, sock)
+			}
+			hcl := "client {\n" + block(csiPluginID, cc.Sockets[name])
+			for _, id := range opts.ExtraPluginIDs {
+				hcl += block(id, cc.Extra[id].Sockets[name])
+			}
+			return hcl + "}\n"
 		},
 	})
 	cc.ReportServerEvents(150)
 	cc.NodeIDs = cc.Cluster.NodeIDs()
-	WaitFor(t, csiSettle, func() error {
-		var p api.CSIPlugin
-		if err := GetJSON(cc.API(), "/v1/plugin/csi/"+csiPluginID, &p); err != nil {
-			return err
-		}
-		if p.ControllersHealthy != opts.Clients || p.NodesHealthy != opts.Clients {
-			return fmt.Errorf("plugin %s: %d/%d controllers and %d/%d nodes healthy, want %d",
-				csiPluginID, p.ControllersHealthy, p.ControllersExpected, p.NodesHealthy, p.NodesExpected, opts.Clients)
-		}
-		return nil
-	})
+	for _, id := range append([]string{csiPluginID}, opts.ExtraPluginIDs...) {
+		WaitFor(t, csiSettle, func() error {
+			var p api.CSIPlugin
+			if err := GetJSON(cc.API(), "/v1/plugin/csi/"+id, &p); err != nil {
+				return err
+			}
+			if p.ControllersHealthy != opts.Clients || p.NodesHealthy != opts.Clients {
+				return fmt.Errorf("plugin %s: %d/%d controllers and %d/%d nodes healthy, want %d",
+					id, p.ControllersHealthy, p.ControllersExpected, p.NodesHealthy, p.NodesExpected, opts.Clients)
+			}
+			return nil
+		})
+	}
 	return cc
 }
 
@@ -167,7 +214,13 @@ func probePlugin(sock string) error {
 // count as overlaps), and returns their external IDs in order.
 func (cc *csiCluster) createVolumes(t *testing.T, client string, names ...string) []string {
 	t.Helper()
-	conn, err := dialPlugin(cc.Sockets[client])
+	return createVolumesAt(t, cc.Sockets[client], names...)
+}
+
+// createVolumesAt is createVolumes through the plugin listening on sock.
+func createVolumesAt(t *testing.T, sock string, names ...string) []string {
+	t.Helper()
+	conn, err := dialPlugin(sock)
 	must.NoError(t, err)
 	defer conn.Close()
 	ctrl := csi.NewControllerClient(conn)
