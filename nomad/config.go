@@ -71,6 +71,10 @@ type Config struct {
 	// LeaveDrainTimeout bounds how long a leader that is shutting down waits
 	// for its in-flight controller calls before it hands leadership over.
 	LeaveDrainTimeout time.Duration
+	// LeaveOnTerminate removes this server from the Raft configuration when
+	// it shuts down, after any handoff. Off by default: a server that only
+	// restarts keeps its seat and the quorum size stays as it was.
+	LeaveOnTerminate bool
 
 	// RPCHoldTimeout is how long a request waits for a leader before
 	// failing with ErrNoLeader.
@@ -81,6 +85,10 @@ type Config struct {
 	RPCHandshakeTimeout time.Duration
 
 	Logger hclog.Logger
+
+	// leaderDutyFault, when set (tests only), fails a new leader's duties
+	// with the error it returns.
+	leaderDutyFault func() error
 }
 
 // DefaultConfig returns a configuration for a single server bound to
@@ -131,10 +139,18 @@ func TestConfig(t testing.TB) *Config {
 	c.RaftConfig = rc
 	c.Logger = hclog.New(&hclog.LoggerOptions{
 		Name:   c.NodeName,
-		Level:  hclog.Warn,
+		Level:  testLogLevel(),
 		Output: hclog.DefaultOutput,
 	})
 	return c
+}
+
+// testLogLevel is Warn unless ROAM_TEST_LOG_LEVEL names another level.
+func testLogLevel() hclog.Level {
+	if l := hclog.LevelFromString(os.Getenv("ROAM_TEST_LOG_LEVEL")); l != hclog.NoLevel {
+		return l
+	}
+	return hclog.Warn
 }
 
 // Validate reports the first invalid value, by name.

@@ -7,52 +7,211 @@ import (
 	"time"
 
 	metrics "github.com/hashicorp/go-metrics"
+	"github.com/hashicorp/raft"
+
+	"github.com/roamhq/roam/structs"
 )
 
-// handoff ends this server's term on purpose: it stops admitting new
-// destructive controller calls (their callers get a retryable
-// ErrNoLeader), waits for the ones in flight, bounded by
-// LeaveDrainTimeout, then transfers leadership to an up-to-date voter and
-// waits until a new leader is known. A single server, or a follower, has
-// nothing to hand over.
-func (s *Server) handoff(ctx context.Context) error {
+// handoff ends this server's term on purpose. Every such path goes through
+// it: a signal (Shutdown), `operator raft transfer-leadership`, an
+// embedding program's Shutdown, a leader duty that cannot run. It stops
+// admitting new destructive controller calls (their callers get a
+// retryable ErrNoLeader), waits for the ones in flight, bounded by
+// LeaveDrainTimeout, then transfers leadership to the named voter (or the
+// most up-to-date one) and waits until a new leader is known.
+//
+// When the transfer fails and this server still leads, its duties start
+// again if resume is set (the operator command: the server stays up), so a
+// failed handoff never leaves a leader without its duties. A follower has
+// nothing to hand over and gets ErrNoLeader; a lone voter gets
+// errNoTransferTarget before anything is stopped.
+func (s *Server) handoff(ctx context.Context, peerID, peerAddr string, resume bool) (id, addr string, err error) {
 	if !s.IsLeader() {
-		return nil
+		return "", "", structs.ErrNoLeader
+	}
+	target, err := s.transferTarget(peerID, peerAddr)
+	if err != nil {
+		return "", "", err
 	}
 	start := time.Now()
-	s.logger.Info("leadership handoff started")
+	s.logger.Info("leadership handoff started", "target", transferTargetName(target))
 	metrics.IncrCounter([]string{"leader", "handoff", "started"}, 1)
 
-	// Ending the leader's term ends its duties and closes the lanes to new
-	// callers; calls already running keep their own deadline and finish.
+	// Ending the leader's duties closes the lanes to new callers (and holds
+	// new requests until the next leader is known); calls already running
+	// keep their own deadline and finish, and so do the claim transitions
+	// around them, up to their Raft checkpoint. A checkpoint left for after
+	// the transfer would be refused, and the next leader would redo a
+	// publish that already happened.
 	lanes := s.lanes.Load()
 	s.revokeLeadership()
-	if lanes != nil {
-		dctx, cancel := context.WithTimeout(ctx, s.config.LeaveDrainTimeout)
-		n, err := lanes.waitIdle(dctx)
-		cancel()
-		took := time.Since(start)
-		metrics.SetGauge([]string{"leader", "handoff", "drained_calls"}, float32(n))
-		metrics.MeasureSince([]string{"leader", "handoff", "drain"}, start)
-		if err != nil {
-			s.logger.Warn("in-flight controller calls did not finish before the drain timeout; handing over anyway",
-				"calls", n, "waited", took, "error", err)
-		} else {
-			s.logger.Info("in-flight controller calls drained", "calls", n, "took", took)
-		}
+	s.drainInFlight(ctx, start, lanes)
+	// Followers learn of the last write now rather than at the next
+	// heartbeat, so the new leader's leaderless gap starts when this
+	// leader stopped, not up to a heartbeat earlier.
+	if err := s.waitFuture(s.raft.Barrier(s.config.RPCHoldTimeout)); err != nil {
+		s.logger.Warn("barrier before transfer failed", "error", err)
 	}
 
 	tctx, cancel := context.WithTimeout(ctx, s.config.RPCHoldTimeout)
 	defer cancel()
-	id, addr, err := s.transferLeadership(tctx, "", "")
-	if errors.Is(err, errNoTransferTarget) {
-		s.logger.Info("no other voter to hand leadership to")
-		return nil
-	}
+	id, addr, err = s.transferLeadership(tctx, target)
 	if err != nil {
-		return fmt.Errorf("leadership handoff: %w", err)
+		err = fmt.Errorf("leadership handoff: %w", err)
+		if resume && s.IsLeader() {
+			s.logger.Error("handoff failed; this server still leads and resumes its duties", "error", err)
+			s.establishLeadership()
+		}
+		return "", "", err
 	}
 	metrics.MeasureSince([]string{"leader", "handoff", "total"}, start)
 	s.logger.Info("leadership handed over", "new_leader_id", id, "new_leader_addr", addr, "took", time.Since(start))
-	return nil
+	return id, addr, nil
+}
+
+// drainInFlight waits, bounded by LeaveDrainTimeout, for the controller
+// calls in lanes and the claim transitions around them to finish.
+func (s *Server) drainInFlight(ctx context.Context, start time.Time, lanes *controllerLanes) {
+	dctx, cancel := context.WithTimeout(ctx, s.config.LeaveDrainTimeout)
+	defer cancel()
+	var calls int
+	var err error
+	if lanes != nil {
+		calls, err = lanes.waitIdle(dctx)
+	}
+	transitions, cerr := s.claims.waitIdle(dctx)
+	err = errors.Join(err, cerr)
+	took := time.Since(start)
+	metrics.SetGauge([]string{"leader", "handoff", "drained_calls"}, float32(calls))
+	metrics.SetGauge([]string{"leader", "handoff", "drained_claims"}, float32(transitions))
+	metrics.MeasureSince([]string{"leader", "handoff", "drain"}, start)
+	if err != nil {
+		s.logger.Warn("in-flight controller calls did not finish before the drain timeout; handing over anyway",
+			"calls", calls, "claim_transitions", transitions, "waited", took, "error", err)
+		return
+	}
+	s.logger.Info("in-flight controller calls drained", "calls", calls, "claim_transitions", transitions, "took", took)
+}
+
+// errNoTransferTarget means there is no other voter to hand leadership to.
+var errNoTransferTarget = fmt.Errorf("%w: no other voter to transfer leadership to", structs.ErrInvalidRequest)
+
+// transferTarget checks that there is a voter to hand leadership to and
+// returns the one named by ID or address, or nil to let Raft pick the most
+// up-to-date voter.
+func (s *Server) transferTarget(peerID, peerAddr string) (*raft.Server, error) {
+	cfg, _, err := s.raftConfiguration()
+	if err != nil {
+		return nil, err
+	}
+	var target *raft.Server
+	voters := 0
+	for i := range cfg.Servers {
+		srv := &cfg.Servers[i]
+		if srv.ID == raft.ServerID(s.config.NodeID) || srv.Suffrage != raft.Voter {
+			continue
+		}
+		voters++
+		if (peerID != "" && string(srv.ID) == peerID) || (peerID == "" && peerAddr != "" && string(srv.Address) == peerAddr) {
+			target = srv
+		}
+	}
+	if voters == 0 {
+		return nil, errNoTransferTarget
+	}
+	if (peerID != "" || peerAddr != "") && target == nil {
+		return nil, fmt.Errorf("%w: no other voter with id %q address %q", structs.ErrNotFound, peerID, peerAddr)
+	}
+	return target, nil
+}
+
+func transferTargetName(target *raft.Server) string {
+	if target == nil {
+		return "most up-to-date voter"
+	}
+	return string(target.ID)
+}
+
+// transferLeadership asks Raft to hand over to target (nil: the best
+// voter) and waits until this server sees another leader.
+func (s *Server) transferLeadership(ctx context.Context, target *raft.Server) (string, string, error) {
+	var f raft.Future
+	if target != nil {
+		f = s.raft.LeadershipTransferToServer(target.ID, target.Address)
+	} else {
+		f = s.raft.LeadershipTransfer()
+	}
+	// A transfer already under way (a duty that failed as the operator
+	// asked) ends the same way: wait for the new leader.
+	if err := f.Error(); err != nil && !errors.Is(err, raft.ErrLeadershipTransferInProgress) {
+		return "", "", fmt.Errorf("leadership transfer: %w", err)
+	}
+	for {
+		changed := s.leaderChanged()
+		addr, id := s.Leader()
+		if id != "" && id != s.config.NodeID {
+			return id, addr, nil
+		}
+		// Leader observations are not guaranteed (Raft drops them when no
+		// one is reading), so look again now and then as well.
+		select {
+		case <-changed:
+		case <-time.After(25 * time.Millisecond):
+		case <-ctx.Done():
+			return "", "", fmt.Errorf("waiting for the new leader: %w", ctx.Err())
+		}
+	}
+}
+
+// stepDown hands leadership over because a leader duty cannot run. It runs
+// apart from the leadership monitor, which must keep reading Raft's
+// notifications while the handoff waits for a new leader. Should the
+// handoff fail while this server still leads, it tries its duties again
+// after a pause, so a lasting fault cannot spin.
+func (s *Server) stepDown(reason error) {
+	s.logger.Error("leader duty failed; handing leadership over", "error", reason)
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		_, _, err := s.handoff(s.shutdownCtx, "", "", false)
+		if err == nil || errors.Is(err, structs.ErrNoLeader) {
+			return
+		}
+		s.logger.Error("step down after a failed leader duty", "error", err)
+		select {
+		case <-time.After(jitter(time.Second, 2)):
+		case <-s.shutdownCtx.Done():
+			return
+		}
+		if s.IsLeader() {
+			s.establishLeadership()
+		}
+	}()
+}
+
+// leave removes this server from the Raft configuration by asking the
+// leader, which after a handoff is another server. Used on shutdown when
+// leave_on_terminate is set.
+func (s *Server) leave(ctx context.Context) error {
+	req := structs.RaftPeerRequest{ID: s.config.NodeID}
+	req.Region = s.config.Region
+	var resp structs.GenericResponse
+	for {
+		done, err := s.forward("Operator.RaftRemovePeerByID", &req, &req, &resp)
+		if !done {
+			return errors.New("leave: this server still leads; hand leadership over first")
+		}
+		if err == nil {
+			s.logger.Info("left the raft configuration")
+			return nil
+		}
+		if !structs.IsRetryable(err) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("leave: %w (last error: %v)", ctx.Err(), err)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }

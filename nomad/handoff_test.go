@@ -2,6 +2,9 @@ package nomad
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -81,4 +84,154 @@ func TestHandoff_WaitsForInFlightControllerCall(t *testing.T) {
 	<-finished
 	must.NoError(t, <-shutdownDone)
 	waitForLeader(t, others(servers, leader)...)
+}
+
+// holdControllerCall starts a controller call in the leader's lane that
+// runs until release is closed, and returns once it is running.
+func holdControllerCall(t *testing.T, leader *Server) (release chan struct{}, finished chan struct{}) {
+	t.Helper()
+	lanes := leader.lanes.Load()
+	must.NotNil(t, lanes)
+	started := make(chan struct{})
+	release, finished = make(chan struct{}), make(chan struct{})
+	go func() {
+		_ = lanes.Do(context.Background(), "hostpath", "publish", func(ctx context.Context) error {
+			close(started)
+			<-release
+			close(finished)
+			return nil
+		})
+	}()
+	<-started
+	return release, finished
+}
+
+// `operator raft transfer-leadership` drains like a shutdown does, and the
+// server stays up as a follower of the new leader.
+func TestHandoff_OperatorTransferDrainsFirst(t *testing.T) {
+	servers := testCluster(t, 3)
+	leader := waitForLeaderDuties(t, servers...)
+	release, finished := holdControllerCall(t, leader)
+
+	done := make(chan error, 1)
+	var reply structs.TransferLeadershipResponse
+	go func() {
+		done <- leader.RPC("Operator.TransferLeadership", &structs.TransferLeadershipRequest{}, &reply)
+	}()
+	must.Wait(t, wait.InitialSuccess(wait.BoolFunc(func() bool { return leader.lanes.Load() == nil }),
+		wait.Timeout(5*time.Second), wait.Gap(5*time.Millisecond)))
+	select {
+	case err := <-done:
+		t.Fatalf("transfer finished while a controller call was in flight: %v", err)
+	default:
+	}
+	must.True(t, leader.IsLeader(), must.Sprint("leadership moved before the in-flight call finished"))
+
+	close(release)
+	<-finished
+	must.NoError(t, <-done)
+	must.NotEq(t, leader.ID(), reply.NewLeaderID)
+	must.False(t, leader.IsLeader())
+	newLeader := waitForLeaderDuties(t, others(servers, leader)...)
+	must.Eq(t, reply.NewLeaderID, newLeader.ID())
+	// The old leader still serves, as a follower.
+	var resp structs.NodeListResponse
+	must.NoError(t, leader.RPC("Node.List", &structs.NodeListRequest{}, &resp))
+}
+
+// A transfer that fails leaves the server leading with its duties running
+// again, not a leader that refuses every client.
+func TestHandoff_FailedTransferResumesDuties(t *testing.T) {
+	servers := testCluster(t, 3)
+	leader := waitForLeaderDuties(t, servers...)
+	gone := others(servers, leader)[0]
+	must.NoError(t, gone.Shutdown(context.Background()))
+
+	var reply structs.TransferLeadershipResponse
+	err := leader.RPC("Operator.TransferLeadership", &structs.TransferLeadershipRequest{PeerID: gone.ID()}, &reply)
+	must.Error(t, err)
+	must.True(t, leader.IsLeader(), must.Sprint("the remaining quorum should keep this server leading"))
+	must.NotNil(t, leader.lanes.Load(), must.Sprint("duties did not resume after a failed transfer"))
+	must.True(t, leader.heartbeats.running())
+	var resp structs.NodeListResponse
+	must.NoError(t, leader.RPC("Node.List", &structs.NodeListRequest{}, &resp))
+}
+
+// A transfer to a peer that does not exist, or from a lone server, is
+// refused before any duty stops.
+func TestHandoff_BadTargetChangesNothing(t *testing.T) {
+	servers := testCluster(t, 3)
+	leader := waitForLeaderDuties(t, servers...)
+	lanes := leader.lanes.Load()
+	var reply structs.TransferLeadershipResponse
+	err := leader.RPC("Operator.TransferLeadership", &structs.TransferLeadershipRequest{PeerID: "no-such-server"}, &reply)
+	must.ErrorIs(t, err, structs.ErrNotFound)
+	must.StrContains(t, err.Error(), "no-such-server")
+	must.True(t, leader.IsLeader())
+	must.True(t, lanes == leader.lanes.Load(), must.Sprint("duties were restarted for a refused transfer"))
+
+	solo := testServer(t, nil)
+	waitForLeaderDuties(t, solo)
+	err = solo.RPC("Operator.TransferLeadership", &structs.TransferLeadershipRequest{}, &reply)
+	must.ErrorIs(t, err, structs.ErrInvalidRequest)
+	must.True(t, solo.IsLeader())
+	must.True(t, solo.heartbeats.running())
+}
+
+// A leader whose duties cannot run hands over through the same handoff.
+func TestHandoff_FailedLeaderDutyHandsOver(t *testing.T) {
+	var bad atomic.Value // server ID whose duties fail
+	servers := testClusterWith(t, 3, func(c *Config) {
+		c.leaderDutyFault = func() error {
+			// c.NodeID is filled in after this function runs.
+			if v, _ := bad.Load().(string); v != "" && v == c.NodeID {
+				return errors.New("injected leader duty failure")
+			}
+			return nil
+		}
+	})
+	leader := waitForLeaderDuties(t, servers...)
+	bad.Store(leader.ID())
+	// Force a new term on the same server: step it down, then transfer
+	// back to it. Its duties now fail, so it must hand over at once.
+	var reply structs.TransferLeadershipResponse
+	must.NoError(t, leader.RPC("Operator.TransferLeadership", &structs.TransferLeadershipRequest{}, &reply))
+	other := waitForLeaderDuties(t, others(servers, leader)...)
+	must.NoError(t, other.RPC("Operator.TransferLeadership", &structs.TransferLeadershipRequest{PeerID: leader.ID()}, &reply))
+
+	must.Wait(t, wait.InitialSuccess(wait.ErrorFunc(func() error {
+		_, id := other.Leader()
+		if id == "" || id == leader.ID() {
+			return fmt.Errorf("leader is %q; want a server other than %s", id, leader.ID())
+		}
+		if leader.lanes.Load() != nil {
+			return errors.New("the failed leader still has lanes")
+		}
+		return nil
+	}), wait.Timeout(10*time.Second), wait.Gap(10*time.Millisecond)))
+	waitForLeaderDuties(t, others(servers, leader)...)
+}
+
+// With leave_on_terminate a server leaves the Raft configuration on
+// shutdown, after handing leadership over, and is not added back.
+func TestHandoff_LeaveOnTerminate(t *testing.T) {
+	servers := testCluster(t, 3)
+	leader := waitForLeaderDuties(t, servers...)
+	leader.config.LeaveOnTerminate = true
+	must.NoError(t, leader.Shutdown(context.Background()))
+
+	rest := others(servers, leader)
+	newLeader := waitForLeaderDuties(t, rest...)
+	cfg, _, err := newLeader.raftConfiguration()
+	must.NoError(t, err)
+	must.Len(t, 2, cfg.Servers, must.Sprintf("configuration: %+v", cfg.Servers))
+	for _, srv := range cfg.Servers {
+		must.NotEq(t, leader.ID(), string(srv.ID))
+	}
+	// A follower without the option keeps its seat.
+	follower := others(rest, newLeader)[0]
+	must.NoError(t, follower.Shutdown(context.Background()))
+	cfg, _, err = newLeader.raftConfiguration()
+	must.NoError(t, err)
+	must.Len(t, 2, cfg.Servers)
 }

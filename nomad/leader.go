@@ -2,6 +2,7 @@ package nomad
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	metrics "github.com/hashicorp/go-metrics"
@@ -50,9 +51,8 @@ func (s *Server) establishLeadership() {
 	if err := s.waitFuture(s.raft.Barrier(time.Minute)); err != nil {
 		// Without the barrier this leader's view may be stale, and a leader
 		// without duties would refuse every client: hand over instead.
-		s.logger.Error("barrier after election failed; stepping down", "error", err)
-		if err := s.raft.LeadershipTransfer().Error(); err != nil {
-			s.logger.Error("leadership transfer after failed barrier", "error", err)
+		if s.shutdownCtx.Err() == nil {
+			s.stepDown(fmt.Errorf("barrier after election: %w", err))
 		}
 		return
 	}
@@ -66,7 +66,9 @@ func (s *Server) establishLeadership() {
 	s.leaderCancel = cancel
 
 	if err := s.heartbeats.start(ctx, &s.leaderWG); err != nil {
-		s.logger.Error("failed to arm heartbeat timers", "error", err)
+		// A leader that cannot watch its nodes would never free a dead
+		// node's claims: hand over to one that can.
+		s.stepDown(fmt.Errorf("arm heartbeat timers: %w", err))
 	}
 	s.lanes.Store(newControllerLanes(ctx, csiCallTimeout, s.logger))
 	s.leaderWG.Add(1)
@@ -75,8 +77,13 @@ func (s *Server) establishLeadership() {
 		s.runVolumeWatcher(ctx)
 	}()
 	s.broker.setEnabled(true)
+	if f := s.config.leaderDutyFault; f != nil {
+		if err := f(); err != nil {
+			s.stepDown(err)
+		}
+	}
 	if err := s.restoreEvals(); err != nil {
-		s.logger.Error("failed to queue pending evaluations", "error", err)
+		s.stepDown(fmt.Errorf("queue pending evaluations: %w", err))
 	}
 	for range schedulerWorkers {
 		s.leaderWG.Add(1)

@@ -21,6 +21,10 @@ type memberList struct {
 	mu      sync.Mutex
 	members map[string]*memberState // by server ID
 	addrs   map[string]struct{}     // every address heard of, to probe
+	// left holds servers removed from the Raft configuration on purpose,
+	// with when: the leader must not add one back while it is still
+	// answering on its way out.
+	left map[string]time.Time
 }
 
 type memberState struct {
@@ -35,6 +39,7 @@ func newMemberList(self *structs.ServerMember, failAfter time.Duration) *memberL
 		failAfter: failAfter,
 		members:   make(map[string]*memberState),
 		addrs:     make(map[string]struct{}),
+		left:      make(map[string]time.Time),
 	}
 }
 
@@ -45,8 +50,24 @@ func (l *memberList) seen(m structs.ServerMember, hasState bool) {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if at, ok := l.left[m.ID]; ok {
+		// A server that left is ignored until it has had time to go; one
+		// heard from after that has come back.
+		if time.Since(at) <= l.failAfter {
+			return
+		}
+		delete(l.left, m.ID)
+	}
 	l.members[m.ID] = &memberState{member: m, hasState: hasState, lastSeen: time.Now()}
 	l.addrs[m.Addr] = struct{}{}
+}
+
+// markLeft forgets a server removed from the Raft configuration on purpose.
+func (l *memberList) markLeft(id string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.members, id)
+	l.left[id] = time.Now()
 }
 
 // learn records an address worth probing.

@@ -1,9 +1,7 @@
 package nomad
 
 import (
-	"context"
 	"fmt"
-	"time"
 
 	"github.com/hashicorp/raft"
 	"github.com/roamhq/roam/structs"
@@ -63,6 +61,9 @@ func (op *Operator) RaftRemovePeerByID(args *structs.RaftPeerRequest, reply *str
 	if target == nil {
 		return fmt.Errorf("%w: no raft peer with id %q address %q", structs.ErrNotFound, args.ID, args.Address)
 	}
+	// Forgotten first: the leader's reconcile loop, reading the new
+	// configuration, must not find it alive and add it straight back.
+	op.srv.members.markLeft(string(target.ID))
 	f := op.srv.raft.RemoveServer(target.ID, 0, 0)
 	if err := f.Error(); err != nil {
 		return fmt.Errorf("remove raft peer %s: %w", target.ID, err)
@@ -78,73 +79,12 @@ func (op *Operator) TransferLeadership(args *structs.TransferLeadershipRequest, 
 	if done, err := op.srv.forward("Operator.TransferLeadership", args, args, reply); done {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(op.srv.shutdownCtx, op.srv.config.RPCHoldTimeout)
-	defer cancel()
-	id, addr, err := op.srv.transferLeadership(ctx, args.PeerID, args.PeerAddress)
+	// The same drain-then-transfer as a leader that shuts down, except that
+	// this server stays up and, should the transfer fail, keeps leading.
+	id, addr, err := op.srv.handoff(op.srv.shutdownCtx, args.PeerID, args.PeerAddress, true)
 	if err != nil {
 		return err
 	}
 	reply.NewLeaderID, reply.NewLeaderAddr = id, addr
 	return nil
-}
-
-// errNoTransferTarget means there is no other voter to hand leadership to.
-var errNoTransferTarget = fmt.Errorf("%w: no other voter to transfer leadership to", structs.ErrInvalidRequest)
-
-// transferLeadership asks Raft to hand over to the given peer (by ID or
-// address), or to the best voter when none is named, and waits until this
-// server sees another leader.
-func (s *Server) transferLeadership(ctx context.Context, peerID, peerAddr string) (string, string, error) {
-	if !s.IsLeader() {
-		return "", "", structs.ErrNoLeader
-	}
-	cfg, _, err := s.raftConfiguration()
-	if err != nil {
-		return "", "", err
-	}
-	var target *raft.Server
-	voters := 0
-	for i := range cfg.Servers {
-		srv := &cfg.Servers[i]
-		if srv.ID == raft.ServerID(s.config.NodeID) || srv.Suffrage != raft.Voter {
-			continue
-		}
-		voters++
-		if (peerID != "" && string(srv.ID) == peerID) || (peerID == "" && peerAddr != "" && string(srv.Address) == peerAddr) {
-			target = srv
-		}
-	}
-	if voters == 0 {
-		return "", "", errNoTransferTarget
-	}
-	if (peerID != "" || peerAddr != "") && target == nil {
-		return "", "", fmt.Errorf("%w: no other voter with id %q address %q", structs.ErrNotFound, peerID, peerAddr)
-	}
-
-	start := time.Now()
-	var f raft.Future
-	if target != nil {
-		f = s.raft.LeadershipTransferToServer(target.ID, target.Address)
-	} else {
-		f = s.raft.LeadershipTransfer()
-	}
-	if err := f.Error(); err != nil {
-		return "", "", fmt.Errorf("leadership transfer: %w", err)
-	}
-	for {
-		changed := s.leaderChanged()
-		addr, id := s.Leader()
-		if id != "" && id != s.config.NodeID {
-			s.logger.Info("leadership transferred", "new_leader", id, "address", addr, "took", time.Since(start))
-			return id, addr, nil
-		}
-		// Leader observations are not guaranteed (Raft drops them when no
-		// one is reading), so look again now and then as well.
-		select {
-		case <-changed:
-		case <-time.After(25 * time.Millisecond):
-		case <-ctx.Done():
-			return "", "", fmt.Errorf("waiting for the new leader: %w", ctx.Err())
-		}
-	}
 }

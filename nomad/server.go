@@ -475,8 +475,21 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		s.logger.Info("server shutting down")
 		// A leader finishes its in-flight controller calls and hands over
 		// first, so the cluster does not wait out an election.
-		if err := s.handoff(ctx); err != nil {
+		_, _, err := s.handoff(ctx, "", "", false)
+		switch {
+		case errors.Is(err, structs.ErrNoLeader):
+			// A follower has nothing to hand over.
+		case errors.Is(err, errNoTransferTarget):
+			s.logger.Info("no other voter to hand leadership to")
+		case err != nil:
 			s.logger.Warn("handoff failed; shutting down without it", "error", err)
+		}
+		if s.config.LeaveOnTerminate && !errors.Is(err, errNoTransferTarget) {
+			lctx, cancel := context.WithTimeout(ctx, s.config.RPCHoldTimeout)
+			if err := s.leave(lctx); err != nil {
+				s.logger.Warn("could not leave the raft configuration", "error", err)
+			}
+			cancel()
 		}
 		s.shutdownCancel()
 		var errs []error

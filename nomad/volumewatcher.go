@@ -23,10 +23,13 @@ const (
 )
 
 // claimsInFlight records claims the leader is working on now, so the
-// watcher leaves them alone.
+// watcher leaves them alone, and so a departing leader can wait for every
+// claim transition it started to reach its checkpoint.
 type claimsInFlight struct {
 	mu sync.Mutex
 	m  map[claimKey]bool
+	// idle, when set, is closed once m is empty.
+	idle chan struct{}
 }
 
 type claimKey struct{ vol, alloc string }
@@ -48,6 +51,32 @@ func (c *claimsInFlight) done(k claimKey) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	delete(c.m, k)
+	if len(c.m) == 0 && c.idle != nil {
+		close(c.idle)
+		c.idle = nil
+	}
+}
+
+// waitIdle waits until no claim transition is in flight, or ctx ends, and
+// returns how many there were when it was called.
+func (c *claimsInFlight) waitIdle(ctx context.Context) (int, error) {
+	c.mu.Lock()
+	n := len(c.m)
+	if n == 0 {
+		c.mu.Unlock()
+		return 0, nil
+	}
+	if c.idle == nil {
+		c.idle = make(chan struct{})
+	}
+	idle := c.idle
+	c.mu.Unlock()
+	select {
+	case <-idle:
+		return n, nil
+	case <-ctx.Done():
+		return n, ctx.Err()
+	}
 }
 
 func (c *claimsInFlight) has(k claimKey) bool {
