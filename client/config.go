@@ -50,6 +50,11 @@ type Config struct {
 	// CSIControllerCallTimeout bounds one controller call on the client.
 	// The server's cancellation does not cut a call short, this does.
 	CSIControllerCallTimeout time.Duration
+	// CSIControllerWait is how long a volume claim keeps retrying while the
+	// servers find no reachable controller for its plugin (a controller's
+	// node reconnecting after a server restart, or failing over), before
+	// the allocation fails for good.
+	CSIControllerWait time.Duration
 
 	Logger hclog.Logger
 }
@@ -108,6 +113,7 @@ func DefaultConfig() *Config {
 
 		CSIFingerprintInterval:   30 * time.Second,
 		CSIControllerCallTimeout: 2 * time.Minute,
+		CSIControllerWait:        time.Minute,
 
 		Logger: hclog.NewNullLogger(),
 	}
@@ -132,6 +138,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("client config: csi fingerprint interval = %s, must be positive", c.CSIFingerprintInterval)
 	case c.CSIControllerCallTimeout <= 0:
 		return fmt.Errorf("client config: csi controller call timeout = %s, must be positive", c.CSIControllerCallTimeout)
+	case c.CSIControllerWait < 0:
+		return fmt.Errorf("client config: csi controller wait = %s, must not be negative", c.CSIControllerWait)
 	}
 	for id, p := range c.CSIPlugins {
 		if err := p.Validate(); err != nil {

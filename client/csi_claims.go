@@ -52,6 +52,27 @@ func claimRetryable(err error) bool {
 	return structs.IsRetryable(err) || errors.Is(err, errConnLost) || isDialError(err)
 }
 
+// claimRetryPolicy is claimRetryable, and also waits up to wait for a
+// controller when the servers find none reachable: that is often a
+// moment's state (the controller's node reconnecting to another server
+// after a restart), but a plugin that lost its controllers for good must
+// fail the allocation rather than hold it pending.
+func claimRetryPolicy(wait time.Duration, now func() time.Time) func(error) bool {
+	var since time.Time
+	return func(err error) bool {
+		if claimRetryable(err) {
+			return true
+		}
+		if !errors.Is(structs.FromRPCError(err), structs.ErrCSIControllerUnavailable) {
+			return false
+		}
+		if since.IsZero() {
+			since = now()
+		}
+		return now().Sub(since) < wait
+	}
+}
+
 // releaseRetryable says whether a failed release may succeed if sent
 // again. Everything but a refusal may: a controller that is briefly
 // unreachable, a node connection being re-established. The claim is
@@ -105,7 +126,7 @@ func (c *Client) callClaim(ctx context.Context, args *structs.CSIVolumeClaimRequ
 func (c *Client) claimCSIVolume(ctx context.Context, alloc *structs.Allocation, req *structs.VolumeRequest) (*CSIMountClaim, error) {
 	args := csiClaimRequest(c.id.NodeID, alloc, req)
 	var reply structs.CSIVolumeClaimResponse
-	if err := c.callClaim(ctx, args, &reply, claimRetryable); err != nil {
+	if err := c.callClaim(ctx, args, &reply, claimRetryPolicy(c.config.CSIControllerWait, time.Now)); err != nil {
 		return nil, csiClaimError(args, err)
 	}
 	if reply.Volume == nil {

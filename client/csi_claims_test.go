@@ -189,3 +189,26 @@ func (b *syncBuffer) String() string {
 	defer b.mu.Unlock()
 	return b.buf.String()
 }
+
+// A claim waits a bounded while for an unreachable controller, and retries
+// the usual transient errors regardless; a refusal ends it at once.
+func TestClaimRetryPolicy(t *testing.T) {
+	now := time.Unix(1000, 0)
+	clock := func() time.Time { return now }
+	retry := claimRetryPolicy(time.Minute, clock)
+
+	// As it arrives over RPC: a plain message naming the sentinel.
+	unavailable := errors.New(`csi controller unavailable: plugin "hostpath": all 3 candidates failed, last on node a: node is not connected to any server`)
+	must.True(t, retry(unavailable))
+	now = now.Add(59 * time.Second)
+	must.True(t, retry(unavailable))
+	must.True(t, retry(structs.ErrNoLeader), must.Sprint("transient errors are not limited by the controller wait"))
+	now = now.Add(time.Second)
+	must.False(t, retry(unavailable), must.Sprint("waited a full minute for a controller"))
+	must.True(t, retry(structs.ErrNoLeader))
+
+	fresh := claimRetryPolicy(time.Minute, clock)
+	must.False(t, fresh(structs.ErrCSIMaxClaims))
+	must.False(t, fresh(fmt.Errorf("%w: volume %q", structs.ErrNotFound, "v")))
+	must.False(t, claimRetryPolicy(0, clock)(unavailable), must.Sprint("a zero wait fails at once"))
+}

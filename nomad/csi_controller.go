@@ -15,7 +15,7 @@ import (
 // unreachable, or no server holds a connection to it. The transport wraps
 // its errors with it; callController then tries the next candidate. It
 // never stands for an answer from the plugin itself.
-var errControllerUnavailable = errors.New("csi controller unavailable")
+var errControllerUnavailable = structs.ErrCSIControllerUnavailable
 
 // controllerUnavailable says whether err means the call never reached the
 // plugin on that node. Besides errControllerUnavailable it accepts the

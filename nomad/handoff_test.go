@@ -142,7 +142,14 @@ func TestHandoff_OperatorTransferDrainsFirst(t *testing.T) {
 // A transfer that fails leaves the server leading with its duties running
 // again, not a leader that refuses every client.
 func TestHandoff_FailedTransferResumesDuties(t *testing.T) {
-	servers := testCluster(t, 3)
+	// Raft's transfer times out after an election timeout; with the test
+	// defaults the remaining follower can time out at the same moment and
+	// take leadership, which is not what this test is about.
+	servers := testClusterWith(t, 3, func(c *Config) {
+		c.RaftConfig.HeartbeatTimeout = time.Second
+		c.RaftConfig.ElectionTimeout = time.Second
+		c.RaftConfig.LeaderLeaseTimeout = 500 * time.Millisecond
+	})
 	leader := waitForLeaderDuties(t, servers...)
 	gone := others(servers, leader)[0]
 	must.NoError(t, gone.Shutdown(context.Background()))

@@ -2,6 +2,7 @@ package nomad
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -48,7 +49,7 @@ func (s *Server) establishLeadership() {
 	// it is the last time the previous leader was heard from.
 	lastContact := s.raft.LastContact()
 	s.logger.Info("cluster leadership acquired")
-	if err := s.waitFuture(s.raft.Barrier(time.Minute)); err != nil {
+	if err := s.leaderBarrier(); err != nil {
 		// Without the barrier this leader's view may be stale, and a leader
 		// without duties would refuse every client: hand over instead.
 		if s.shutdownCtx.Err() == nil {
@@ -117,6 +118,25 @@ func (s *Server) reportLeaderlessGap(lastContact time.Time) {
 	gap := time.Since(lastContact)
 	metrics.AddSample([]string{"leader", "leaderless_gap"}, float32(gap.Seconds()*1000))
 	s.logger.Info("leader duties started", "leaderless_gap", gap)
+}
+
+// leaderBarrier waits until the FSM has applied every committed entry.
+// Raft refuses a barrier while a leadership transfer is in progress, and
+// still says so for a moment after a transfer has failed, so that refusal
+// is tried again until this server either can write or no longer leads.
+func (s *Server) leaderBarrier() error {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		err := s.waitFuture(s.raft.Barrier(time.Until(deadline)))
+		if !errors.Is(err, raft.ErrLeadershipTransferInProgress) || time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-time.After(10 * time.Millisecond):
+		case <-s.shutdownCtx.Done():
+			return err
+		}
+	}
 }
 
 // revokeLeadership stops every leader duty and waits for them to return.

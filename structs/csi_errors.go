@@ -34,6 +34,13 @@ var (
 	ErrCSIUnavailable = errors.New("csi plugin: unavailable")
 	// ErrCSIInternal is any other failure of the plugin.
 	ErrCSIInternal = errors.New("csi plugin: internal error")
+
+	// ErrCSIControllerUnavailable means the leader found no controller
+	// instance of the plugin it could reach: none healthy on a ready node,
+	// or every one failed as unreachable (its node between servers, say,
+	// while a server restarts). It may pass; whether to wait is the
+	// caller's choice.
+	ErrCSIControllerUnavailable = errors.New("csi controller unavailable")
 )
 
 // csiErrors are the CSI sentinels FromRPCError recognises. They come before
@@ -41,4 +48,5 @@ var (
 var csiErrors = []error{
 	ErrCSIPluginNotFound, ErrCSIInvalidArgument, ErrCSINotFound, ErrCSIFailedPrecondition,
 	ErrCSIResourceExhausted, ErrCSIAlreadyExists, ErrCSIUnimplemented, ErrCSIUnavailable, ErrCSIInternal,
+	ErrCSIControllerUnavailable,
 }

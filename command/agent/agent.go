@@ -170,6 +170,7 @@ func (a *Agent) setupServer() error {
 	sc.MinHeartbeatTTL = parseDurationOr(c.Server.MinHeartbeatTTL, sc.MinHeartbeatTTL)
 	sc.FailoverHeartbeatTTL = parseDurationOr(c.Server.FailoverHeartbeatTTL, sc.FailoverHeartbeatTTL)
 	sc.LeaveDrainTimeout = parseDurationOr(c.Server.LeaveDrainTimeout, sc.LeaveDrainTimeout)
+	sc.LeaveOnTerminate = c.LeaveOnTerminate
 	sc.Logger = a.logger.ResetNamed("")
 
 	ln, err := net.Listen("tcp", sc.RPCAddr)

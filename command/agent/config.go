@@ -19,16 +19,19 @@ import (
 // agent config, then command-line flags on top. Unknown attributes and
 // blocks are errors that name the file, line and attribute.
 type Config struct {
-	DataDir    string        `hcl:"data_dir,optional"`
-	BindAddr   string        `hcl:"bind_addr,optional"`
-	Name       string        `hcl:"name,optional"`
-	Region     string        `hcl:"region,optional"`
-	Datacenter string        `hcl:"datacenter,optional"`
-	LogLevel   string        `hcl:"log_level,optional"`
-	Ports      *Ports        `hcl:"ports,block"`
-	Advertise  *Advertise    `hcl:"advertise,block"`
-	Server     *ServerConfig `hcl:"server,block"`
-	Client     *ClientConfig `hcl:"client,block"`
+	DataDir    string `hcl:"data_dir,optional"`
+	BindAddr   string `hcl:"bind_addr,optional"`
+	Name       string `hcl:"name,optional"`
+	Region     string `hcl:"region,optional"`
+	Datacenter string `hcl:"datacenter,optional"`
+	LogLevel   string `hcl:"log_level,optional"`
+	// LeaveOnTerminate makes a server leave the Raft configuration when it
+	// shuts down (after handing leadership over, if it led).
+	LeaveOnTerminate bool          `hcl:"leave_on_terminate,optional"`
+	Ports            *Ports        `hcl:"ports,block"`
+	Advertise        *Advertise    `hcl:"advertise,block"`
+	Server           *ServerConfig `hcl:"server,block"`
+	Client           *ClientConfig `hcl:"client,block"`
 
 	// DevMode runs server and client in one process with in-memory Raft.
 	DevMode bool
@@ -238,6 +241,7 @@ func (c *Config) Merge(o *Config) *Config {
 	setStr(&r.Datacenter, o.Datacenter)
 	setStr(&r.LogLevel, o.LogLevel)
 	r.DevMode = r.DevMode || o.DevMode
+	r.LeaveOnTerminate = r.LeaveOnTerminate || o.LeaveOnTerminate
 	if o.Ports != nil {
 		p := *r.Ports
 		setInt(&p.HTTP, o.Ports.HTTP)
