@@ -342,11 +342,11 @@ func (s *Server) onController(ctx context.Context, pluginID, op string, call fun
 		return fmt.Errorf("%w: not the leader; controller calls run on the leader", structs.ErrNoLeader)
 	}
 	return lanes.Do(ctx, pluginID, op, func(ctx context.Context) error {
-		nodes, err := s.State().Nodes(nil)
+		candidates, err := pluginControllers(s.State(), pluginID)
 		if err != nil {
 			return err
 		}
-		_, err = callController(ctx, pluginID, controllerCandidates(nodes, pluginID), call)
+		_, err = callController(ctx, pluginID, candidates, call)
 		return err
 	})
 }

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/roamhq/roam/state"
 	"github.com/roamhq/roam/structs"
 )
 
@@ -47,6 +48,26 @@ func controllerCandidates(nodes []*structs.Node, pluginID string) []*structs.Nod
 	}
 	slices.SortFunc(out, func(a, b *structs.Node) int { return strings.Compare(a.ID, b.ID) })
 	return out
+}
+
+// pluginControllers is controllerCandidates for pluginID as the state is
+// now. It reads only the nodes the plugin's entry lists as running a
+// controller, not every node: this runs inside the plugin's lane, once per
+// destructive call.
+func pluginControllers(store *state.StateStore, pluginID string) ([]*structs.Node, error) {
+	plugin, err := store.CSIPluginByID(nil, pluginID)
+	if err != nil || plugin == nil {
+		return nil, err
+	}
+	nodes := make([]*structs.Node, 0, len(plugin.Controllers))
+	for id := range plugin.Controllers {
+		n, err := store.NodeByID(nil, id)
+		if err != nil {
+			return nil, err
+		}
+		nodes = append(nodes, n) // nil (gone) is skipped by controllerCandidates
+	}
+	return controllerCandidates(nodes, pluginID), nil
 }
 
 // callController tries call on each candidate in order and returns the node

@@ -399,13 +399,13 @@ func (c *CSIVolume) ListSnapshots(args *structs.CSISnapshotListRequest, reply *s
 	if err := knownPlugin(store, args.PluginID); err != nil {
 		return err
 	}
-	nodes, err := store.Nodes(nil)
+	candidates, err := pluginControllers(store, args.PluginID)
 	if err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(srv.shutdownCtx, csiCallTimeout)
 	defer cancel()
-	_, err = callController(ctx, args.PluginID, controllerCandidates(nodes, args.PluginID), func(ctx context.Context, cn *structs.Node) error {
+	_, err = callController(ctx, args.PluginID, candidates, func(ctx context.Context, cn *structs.Node) error {
 		req := structs.ClientCSIControllerListSnapshotsRequest{
 			PluginID: args.PluginID, MaxEntries: args.MaxEntries, StartingToken: args.StartingToken,
 			Secrets: args.Secrets, CSIControllerQuery: structs.CSIControllerQuery{ControllerNodeID: cn.ID},

@@ -109,7 +109,10 @@ func newOverlapTracker(stateDir, nodeID string, logger hclog.Logger) (*overlapTr
 	t.overlaps.Store(overlaps)
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if err := t.writeLocked(); err != nil {
+	if err := t.writeOverlapsLocked(); err != nil {
+		return nil, err
+	}
+	if err := t.writeCallsLocked(); err != nil {
 		return nil, err
 	}
 	if overlaps > 0 {
@@ -128,7 +131,10 @@ func (t *overlapTracker) start(method string) (done func()) {
 	}
 	t.mu.Lock()
 	t.calls[method]++
-	err := t.writeLocked()
+	err := t.writeCallsLocked()
+	if inFlight > 1 {
+		err = errors.Join(err, t.writeOverlapsLocked())
+	}
 	t.mu.Unlock()
 	if inFlight > 1 {
 		t.logger.Warn("overlapping destructive controller call",
@@ -140,17 +146,27 @@ func (t *overlapTracker) start(method string) (done func()) {
 	return func() { t.inFlight.Add(-1) }
 }
 
-// writeLocked writes both files with the current counts. t.mu must be held.
-func (t *overlapTracker) writeLocked() error {
+// writeOverlapsLocked writes the overlap count, durably: it is the evidence
+// of a broken promise, and rare. t.mu must be held.
+func (t *overlapTracker) writeOverlapsLocked() error {
 	overlaps := strconv.FormatInt(t.overlaps.Load(), 10) + "\n"
-	if err := writeFileAtomic(t.overlapsPath, []byte(overlaps)); err != nil {
+	if err := writeFileAtomic(t.overlapsPath, []byte(overlaps), true); err != nil {
 		return fmt.Errorf("writing overlap count: %w", err)
 	}
+	return nil
+}
+
+// writeCallsLocked writes the call counts on every destructive call. They
+// are a record for tests, not the provider's state, so they are replaced
+// atomically but not fsynced: four fsyncs per call would make the record
+// cost more than the simulated provider, and serialise plugins that share
+// a disk. t.mu must be held.
+func (t *overlapTracker) writeCallsLocked() error {
 	buf, err := json.Marshal(t.calls)
 	if err != nil {
 		return fmt.Errorf("encoding call counts: %w", err)
 	}
-	if err := writeFileAtomic(t.callsPath, append(buf, '\n')); err != nil {
+	if err := writeFileAtomic(t.callsPath, append(buf, '\n'), false); err != nil {
 		return fmt.Errorf("writing call counts: %w", err)
 	}
 	return nil

@@ -166,7 +166,7 @@ func (s *store) update(fn func(*state) error) error {
 	if err != nil {
 		return fmt.Errorf("encoding state: %w", err)
 	}
-	return writeFileAtomic(filepath.Join(s.dir, stateFile), append(buf, '\n'))
+	return writeFileAtomic(filepath.Join(s.dir, stateFile), append(buf, '\n'), true)
 }
 
 // lock takes a flock of the given kind on the lock file and returns the
@@ -213,8 +213,11 @@ func (s *store) volumeDir(id string) string   { return filepath.Join(s.dir, volu
 func (s *store) snapshotDir(id string) string { return filepath.Join(s.dir, snapshotsDir, id) }
 
 // writeFileAtomic replaces path with data: write a temporary file in the same
-// directory, fsync it, rename it over path, fsync the directory.
-func writeFileAtomic(path string, data []byte) error {
+// directory, fsync it, rename it over path, fsync the directory. Readers
+// never see a partial file. Without durable the fsyncs are skipped: the
+// file still survives this process crashing (the kernel has it), only not
+// the machine losing power.
+func writeFileAtomic(path string, data []byte, durable bool) error {
 	dir := filepath.Dir(path)
 	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
 	if err != nil {
@@ -232,10 +235,12 @@ func writeFileAtomic(path string, data []byte) error {
 		cleanup()
 		return fmt.Errorf("writing %s: %w", tmp.Name(), err)
 	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		cleanup()
-		return fmt.Errorf("syncing %s: %w", tmp.Name(), err)
+	if durable {
+		if err := tmp.Sync(); err != nil {
+			tmp.Close()
+			cleanup()
+			return fmt.Errorf("syncing %s: %w", tmp.Name(), err)
+		}
 	}
 	if err := tmp.Close(); err != nil {
 		cleanup()
@@ -244,6 +249,9 @@ func writeFileAtomic(path string, data []byte) error {
 	if err := os.Rename(tmp.Name(), path); err != nil {
 		cleanup()
 		return fmt.Errorf("replacing %s: %w", path, err)
+	}
+	if !durable {
+		return nil
 	}
 	d, err := os.Open(dir)
 	if err != nil {
