@@ -6,6 +6,8 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"slices"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -160,6 +162,15 @@ func TestCSI_KillClientHoldingClaim(t *testing.T) {
 		return nil
 	})
 
+	// The operator's view of the live claim: one row naming the alloc, its
+	// node, the mode and the state, short IDs by default and full with
+	// -verbose.
+	out := cc.MustCLI("volume", "status", "vol1")
+	must.StrContains(t, out, "Claims")
+	must.True(t, claimRow(out, old.ID[:8], old.NodeID[:8], "write", "taken"), must.Sprintf("volume status:\n%s", out))
+	out = cc.MustCLI("volume", "status", "-verbose", "vol1")
+	must.True(t, claimRow(out, old.ID, old.NodeID, "write", "taken"), must.Sprintf("volume status -verbose:\n%s", out))
+
 	victim := cc.clientName(old.NodeID)
 	must.NotEq(t, "", victim)
 	var survivors []string
@@ -265,4 +276,19 @@ func TestCSI_KillClientHoldingClaim(t *testing.T) {
 	n, err := cc.overlaps(victim)
 	must.NoError(t, err)
 	must.Eq(t, 0, n)
+}
+
+// claimRow reports whether the claims table printed by `roam volume status`
+// has a row with exactly these columns.
+func claimRow(out string, cols ...string) bool {
+	_, table, ok := strings.Cut(out, "\nClaims\n")
+	if !ok {
+		return false
+	}
+	for _, line := range strings.Split(table, "\n") {
+		if slices.Equal(strings.Fields(line), cols) {
+			return true
+		}
+	}
+	return false
 }
