@@ -342,7 +342,7 @@ func TestAllocRunner_BatchCompletes(t *testing.T) {
 	m := startTestManager(t, srv, dataDir, nil)
 
 	script := `echo hi; echo oops >&2
-echo "$ROAM_ALLOC_ID|$ROAM_ALLOC_NAME|$ROAM_ALLOC_INDEX|$ROAM_JOB_ID|$ROAM_GROUP_NAME|$ROAM_TASK_NAME|$FOO|$ROAM_TASK_DIR|$(pwd)" > "$ROAM_ALLOC_DIR/env.txt"
+echo "$ROAM_ALLOC_ID|$ROAM_ALLOC_NAME|$ROAM_ALLOC_INDEX|$ROAM_JOB_ID|$ROAM_GROUP_NAME|$ROAM_TASK_NAME|$FOO|$ROAM_TASK_DIR|$(pwd)|$ROAM_NODE_ID" > "$ROAM_ALLOC_DIR/env.txt"
 exit 0`
 	alloc := testAlloc(srv.nodeID, structs.JobTypeBatch, noRestarts, shTask("hello", script))
 	srv.upsert(alloc)
@@ -359,7 +359,7 @@ exit 0`
 	allocDir := filepath.Join(dataDir, "alloc", alloc.ID)
 	taskDir := filepath.Join(allocDir, "hello")
 	env := strings.TrimSpace(waitFile(t, filepath.Join(allocDir, "alloc", "env.txt")))
-	must.Eq(t, strings.Join([]string{alloc.ID, alloc.Name, "2", alloc.JobID, "web", "hello", "bar", taskDir, taskDir}, "|"), env)
+	must.Eq(t, strings.Join([]string{alloc.ID, alloc.Name, "2", alloc.JobID, "web", "hello", "bar", taskDir, taskDir, srv.nodeID}, "|"), env)
 	must.DirExists(t, filepath.Join(taskDir, "local"))
 
 	// Logs, through the API the HTTP layer uses.

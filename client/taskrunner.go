@@ -414,5 +414,8 @@ func taskEnv(alloc *structs.Allocation, task *structs.Task, dirs taskDirs) map[s
 	env["ROAM_JOB_ID"] = alloc.JobID
 	env["ROAM_GROUP_NAME"] = alloc.TaskGroup
 	env["ROAM_TASK_NAME"] = task.Name
+	// Where it runs: a plugin task names its node to the storage provider.
+	env["ROAM_NODE_ID"] = alloc.NodeID
+	env["ROAM_NODE_NAME"] = alloc.NodeName
 	return env
 }
