@@ -102,6 +102,102 @@ func TestLeadership_SigtermDuringPublish(t *testing.T) {
 	must.Eq(t, 0, cc.totalCalls(t, "ControllerUnpublishVolume"), must.Sprint("ControllerUnpublishVolume calls over all plugins"))
 }
 
+// drainedCalls matches the line a departing leader logs once its in-flight
+// controller calls have finished.
+var drainedCalls = regexp.MustCompile(`in-flight controller calls drained: calls=(\d+)`)
+
+// TestLeadership_OperatorTransferDuringPublish asks the leader to hand over
+// with `roam operator raft transfer-leadership` while a controller publish
+// is in flight. The command returns only once the leader has drained the
+// publish and another server leads; the old leader keeps running as a
+// follower, the claim ends taken with its allocation running, the plugins
+// saw one publish and no overlap.
+func TestLeadership_OperatorTransferDuringPublish(t *testing.T) {
+	cc := startCSICluster(t, csiOpts{Servers: 3, Clients: 3, PublishLatency: leadPublishLatency})
+	old := cc.Leader()
+	before := cc.dutyCounts()
+
+	startPublishing(t, cc)
+	asked := time.Now()
+	out, errOut, code := RunCLIAt(t, cc.Servers[old].HTTPAddr(), "operator", "raft", "transfer-leadership")
+	took := time.Since(asked)
+	// What the logs and the plugins held when the command returned: the
+	// servers and plugins write their logs straight to the files, so a line
+	// logged before the reply was sent is there now.
+	drained := logLines(cc.Servers[old], "in-flight controller calls drained")
+	var attached []string
+	for _, p := range cc.Plugins {
+		attached = append(attached, logLines(p, "attached volume")...)
+	}
+	pubsAtReturn := cc.totalCalls(t, "ControllerPublishVolume")
+	t.Logf("transfer-leadership on %s exited %d after %s\nstdout: %s\nstderr: %s\nits handoff:\n  %s",
+		cc.Servers[old].Name, code, took.Round(time.Millisecond), strings.TrimSpace(out), strings.TrimSpace(errOut),
+		strings.Join(logLines(cc.Servers[old], "handoff", "in-flight controller calls", "leadership handed over"), "\n  "))
+	must.Eq(t, 0, code, must.Sprintf("transfer-leadership exited %d: %s%s", code, out, errOut))
+
+	// The command returned after the publish had finished and been drained.
+	must.Len(t, 1, drained, must.Sprint("drain lines in the old leader's log when the command returned"))
+	m := drainedCalls.FindStringSubmatch(drained[0])
+	must.NotNil(t, m, must.Sprintf("drain line without a call count: %s", drained[0]))
+	must.Eq(t, "1", m[1], must.Sprintf("calls drained by the old leader: %s", drained[0]))
+	must.Len(t, 1, attached, must.Sprint("plugin attach lines when the command returned"))
+	must.Eq(t, 1, pubsAtReturn, must.Sprint("ControllerPublishVolume calls when the command returned"))
+
+	// The old leader already knows its successor, which the command named.
+	l, err := StatusLeader(cc.Servers[old].HTTPAddr())
+	must.NoError(t, err)
+	next := cc.serverByRPC(l)
+	must.NotEq(t, -1, next, must.Sprintf("old leader names leader %q, not a server of this cluster", l))
+	must.NotEq(t, old, next, must.Sprint("old leader still names itself leader after the command returned"))
+	must.StrContains(t, out, cc.Servers[next].RPCAddr())
+
+	leader, gap := cc.waitNewLeader(t, old, before)
+	t.Logf("new leader %s, leaderless gap %s", cc.Servers[leader].Name, gap)
+	must.Eq(t, next, leader, must.Sprintf("servers agree on %s, the old leader named %s", cc.Servers[leader].Name, cc.Servers[next].Name))
+
+	alloc := cc.waitCSIAllocs(t, "pub", csiSettle, oneAlloc("running"))[0]
+	cc.waitClaim(t, "vol1", alloc.ID)
+	vols := []volRef{{ID: "vol1", ExtID: mustVolumeExt(t, cc, "vol1"), StateDir: cc.StateDir}}
+	WaitFor(t, csiSettle, func() error {
+		return cc.claimsSettled(vols, []string{"pub"}, func(*Alloc) string { return "vol1" })
+	})
+
+	// The old leader stayed up, a voting follower of the new leader, and
+	// never took its duties up again.
+	must.True(t, cc.Servers[old].Running(), must.Sprintf("%s exited: %s", cc.Servers[old].Name, cc.Servers[old].ExitState()))
+	must.NoError(t, checkRaft(cc.Cluster, cc.Servers[old].HTTPAddr(), leader, old))
+	l, err = StatusLeader(cc.Servers[old].HTTPAddr())
+	must.NoError(t, err)
+	must.Eq(t, cc.Servers[leader].RPCAddr(), l, must.Sprintf("leader as %s sees it", cc.Servers[old].Name))
+	must.Eq(t, before[old], cc.dutyCounts()[old], must.Sprintf("%s started its leader duties again", cc.Servers[old].Name))
+
+	cc.mustNoOverlaps(t)
+	// Drained and checkpointed before the transfer: the new leader had
+	// nothing to redo.
+	must.Eq(t, 1, cc.totalCalls(t, "ControllerPublishVolume"), must.Sprint("ControllerPublishVolume calls over all plugins"))
+	must.Eq(t, 0, cc.totalCalls(t, "ControllerUnpublishVolume"), must.Sprint("ControllerUnpublishVolume calls over all plugins"))
+}
+
+// TestLeadership_OperatorTransferUnknownPeer asks the leader to hand over
+// to a Raft ID no server has: the command fails naming the ID, and the
+// leader neither starts a handoff nor stops leading.
+func TestLeadership_OperatorTransferUnknownPeer(t *testing.T) {
+	c := StartCluster(t, Opts{Servers: 3})
+	old := c.Leader()
+	before := c.dutyCounts()
+
+	out, errOut, code := RunCLIAt(t, c.Servers[old].HTTPAddr(), "operator", "raft", "transfer-leadership", "-peer-id", "no-such-id")
+	t.Logf("transfer-leadership -peer-id no-such-id exited %d\nstdout: %s\nstderr: %s", code, strings.TrimSpace(out), strings.TrimSpace(errOut))
+	must.NotEq(t, 0, code, must.Sprint("transfer-leadership to an unknown peer exited 0"))
+	must.StrContains(t, errOut, "no-such-id")
+
+	leader, err := c.LeaderNow()
+	must.NoError(t, err)
+	must.Eq(t, old, leader, must.Sprintf("leader after the refused transfer is %s, was %s", c.Servers[leader].Name, c.Servers[old].Name))
+	must.SliceEmpty(t, logLines(c.Servers[old], "leadership handoff started"), must.Sprint("the refused transfer started a handoff"))
+	must.Eq(t, before, c.dutyCounts(), must.Sprint("leader duty starts per server"))
+}
+
 // TestLeadership_KillLeaderDuringPublish kills (-9) the leader while a
 // controller publish is in flight: a new leader takes over, the claim
 // ends taken (resumed from its publishing checkpoint) with its allocation

@@ -1,0 +1,101 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/shoenig/test/must"
+	"github.com/shoenig/test/wait"
+)
+
+// newTestServers starts n server-only agents on 127.0.0.1 with
+// kernel-chosen ports; every agent after the first joins through the
+// first one's RPC address, and they bootstrap once all n know each other.
+// It waits until exactly one of them leads and returns the agents and the
+// leader's index.
+func newTestServers(t *testing.T, n int) ([]*Agent, int) {
+	t.Helper()
+	agents := make([]*Agent, n)
+	var join []string
+	for i := range agents {
+		agents[i] = newTestAgent(t, func(c *Config) {
+			c.Name = fmt.Sprintf("%s-%d", c.Name, i)
+			c.Client.Enabled = false
+			c.Server.BootstrapExpect = n
+			c.Server.ServerJoin = &ServerJoin{RetryJoin: join, RetryInterval: "50ms"}
+		})
+		if i == 0 {
+			join = []string{agents[0].Server().Addr()}
+		}
+	}
+	leader := -1
+	must.Wait(t, wait.InitialSuccess(
+		wait.ErrorFunc(func() error {
+			leader = -1
+			for i, a := range agents {
+				if !a.Server().IsLeader() {
+					continue
+				}
+				if leader >= 0 {
+					return fmt.Errorf("two leaders: agents %d and %d", leader, i)
+				}
+				leader = i
+			}
+			if leader < 0 {
+				return fmt.Errorf("no leader among %d agents", n)
+			}
+			for i, a := range agents {
+				if _, id := a.Server().Leader(); id != agents[leader].Server().ID() {
+					return fmt.Errorf("agent %d sees leader %q, want agent %d", i, id, leader)
+				}
+			}
+			return nil
+		}),
+		wait.Timeout(30*time.Second),
+		wait.Gap(20*time.Millisecond),
+	))
+	return agents, leader
+}
+
+// TestAgent_ShutdownHandsLeadershipOver shuts down, as a program embedding
+// the agent would, the agent whose server leads a three-server cluster.
+// Shutdown hands leadership over before it returns: by then another
+// agent's server already leads, without waiting out an election.
+func TestAgent_ShutdownHandsLeadershipOver(t *testing.T) {
+	agents, old := newTestServers(t, 3)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	must.NoError(t, agents[old].Shutdown(ctx))
+
+	// No wait here: an agent that merely stopped would leave the other two
+	// without a leader for at least an election timeout.
+	var leaders []int
+	for i, a := range agents {
+		if i != old && a.Server().IsLeader() {
+			leaders = append(leaders, i)
+		}
+	}
+	must.Len(t, 1, leaders, must.Sprintf("leaders among the other agents when agent %d's Shutdown returned", old))
+	must.False(t, agents[old].Server().IsLeader())
+
+	// The remaining follower comes to follow the new leader.
+	next := agents[leaders[0]].Server()
+	must.Wait(t, wait.InitialSuccess(
+		wait.ErrorFunc(func() error {
+			for i, a := range agents {
+				if i == old {
+					continue
+				}
+				if _, id := a.Server().Leader(); id != next.ID() {
+					return fmt.Errorf("agent %d sees leader %q, want %s", i, id, next.ID())
+				}
+			}
+			return nil
+		}),
+		wait.Timeout(10*time.Second),
+		wait.Gap(10*time.Millisecond),
+	))
+}
