@@ -51,21 +51,13 @@ func controllerCandidates(nodes []*structs.Node, pluginID string) []*structs.Nod
 }
 
 // pluginControllers is controllerCandidates for pluginID as the state is
-// now. It reads only the nodes the plugin's entry lists as running a
-// controller, not every node: this runs inside the plugin's lane, once per
+// now. It reads only the nodes indexed as running a controller of the
+// plugin, not every node: this runs inside the plugin's lane, once per
 // destructive call.
 func pluginControllers(store *state.StateStore, pluginID string) ([]*structs.Node, error) {
-	plugin, err := store.CSIPluginByID(nil, pluginID)
-	if err != nil || plugin == nil {
+	nodes, err := store.NodesByCSIController(nil, pluginID)
+	if err != nil {
 		return nil, err
-	}
-	nodes := make([]*structs.Node, 0, len(plugin.Controllers))
-	for id := range plugin.Controllers {
-		n, err := store.NodeByID(nil, id)
-		if err != nil {
-			return nil, err
-		}
-		nodes = append(nodes, n) // nil (gone) is skipped by controllerCandidates
 	}
 	return controllerCandidates(nodes, pluginID), nil
 }

@@ -103,3 +103,32 @@ func TestStateStore_CSIVolumeClaims(t *testing.T) {
 	must.NoError(t, err)
 	must.SliceEmpty(t, vols)
 }
+
+// The controller index follows each node's fingerprint: a node appears under
+// a plugin while it runs a controller of it, healthy or not, and leaves when
+// the controller goes or the node is deregistered.
+func TestStateStore_NodesByCSIController(t *testing.T) {
+	s, err := NewStateStore()
+	must.NoError(t, err)
+	ids := func(pluginID string) []string {
+		nodes, err := s.NodesByCSIController(nil, pluginID)
+		must.NoError(t, err)
+		out := []string{}
+		for _, n := range nodes {
+			out = append(out, n.ID)
+		}
+		return out
+	}
+
+	must.NoError(t, s.UpsertNode(1, csiNode("n3", true, true, true)))
+	must.NoError(t, s.UpsertNode(2, csiNode("n1", true, false, false)))
+	must.NoError(t, s.UpsertNode(3, csiNode("n2", false, true, true)))
+	must.Eq(t, []string{"n1", "n3"}, ids("hostpath"))
+	must.Eq(t, []string{}, ids("other"))
+	must.Eq(t, []string{}, ids("host"), must.Sprint("a prefix of a plugin ID matches nothing"))
+
+	must.NoError(t, s.UpsertNode(4, csiNode("n3", false, true, true)))
+	must.Eq(t, []string{"n1"}, ids("hostpath"))
+	must.NoError(t, s.DeleteNodes(5, []string{"n1"}))
+	must.Eq(t, []string{}, ids("hostpath"))
+}

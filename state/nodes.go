@@ -125,6 +125,18 @@ func (s *StateStore) NodesByIDPrefix(ws memdb.WatchSet, prefix string) ([]*struc
 	return collectNodes(iter), nil
 }
 
+// NodesByCSIController returns the nodes that run a controller instance of
+// pluginID (healthy or not, any status), sorted by ID.
+func (s *StateStore) NodesByCSIController(ws memdb.WatchSet, pluginID string) ([]*structs.Node, error) {
+	txn := s.db.Txn(false)
+	iter, err := txn.Get(TableNodes, "csi_controller", pluginID)
+	if err != nil {
+		return nil, fmt.Errorf("state: node scan by csi controller: %w", err)
+	}
+	ws.Add(iter.WatchCh())
+	return collectNodes(iter), nil
+}
+
 // Nodes returns every node, sorted by ID.
 func (s *StateStore) Nodes(ws memdb.WatchSet) ([]*structs.Node, error) {
 	return s.NodesByIDPrefix(ws, "")

@@ -4,6 +4,8 @@ import (
 	"fmt"
 
 	memdb "github.com/hashicorp/go-memdb"
+
+	"github.com/roamhq/roam/structs"
 )
 
 // Table names. Tables for jobs, allocs, evals and CSI objects join these as
@@ -67,6 +69,43 @@ func nodeTableSchema() *memdb.TableSchema {
 				Unique:  true,
 				Indexer: &memdb.StringFieldIndex{Field: "SecretID"},
 			},
+			// The leader reads a plugin's controller nodes on every
+			// destructive call; this spares it a scan of every node.
+			"csi_controller": {
+				Name:         "csi_controller",
+				AllowMissing: true,
+				Indexer:      controllerPluginIndex{},
+			},
 		},
 	}
+}
+
+// controllerPluginIndex indexes a node under each CSI plugin it runs a
+// controller instance of, healthy or not.
+type controllerPluginIndex struct{}
+
+func (controllerPluginIndex) FromObject(raw any) (bool, [][]byte, error) {
+	n, ok := raw.(*structs.Node)
+	if !ok {
+		return false, nil, fmt.Errorf("state: csi_controller index: %T is not a node", raw)
+	}
+	if len(n.CSIControllerPlugins) == 0 {
+		return false, nil, nil
+	}
+	vals := make([][]byte, 0, len(n.CSIControllerPlugins))
+	for id := range n.CSIControllerPlugins {
+		vals = append(vals, []byte(id+"\x00"))
+	}
+	return true, vals, nil
+}
+
+func (controllerPluginIndex) FromArgs(args ...any) ([]byte, error) {
+	if len(args) != 1 {
+		return nil, fmt.Errorf("state: csi_controller index takes one plugin ID, got %d arguments", len(args))
+	}
+	id, ok := args[0].(string)
+	if !ok {
+		return nil, fmt.Errorf("state: csi_controller index: plugin ID is %T, not a string", args[0])
+	}
+	return []byte(id + "\x00"), nil
 }
