@@ -24,6 +24,13 @@ func (s *Server) forward(method string, info structs.RPCInfo, args, reply any) (
 	if info.IsRead() && info.AllowStaleRead() {
 		return false, nil
 	}
+	// A server that shuts down lets the writes it holds reach the next
+	// leader first (see Shutdown). Reads are safe to resend and may block
+	// for minutes, so they are not waited for.
+	if !info.IsRead() {
+		s.forwarding.add()
+		defer s.forwarding.done()
+	}
 
 	ctx, cancel := context.WithTimeout(s.shutdownCtx, s.config.RPCHoldTimeout)
 	defer cancel()

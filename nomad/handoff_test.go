@@ -242,3 +242,50 @@ func TestHandoff_LeaveOnTerminate(t *testing.T) {
 	must.NoError(t, err)
 	must.Len(t, 2, cfg.Servers)
 }
+
+// Requests that reach the departing leader while it drains, directly or
+// forwarded by a follower, are held and then served by the new leader:
+// none fails, none is applied twice.
+func TestHandoff_RequestsDuringDrainReachNewLeader(t *testing.T) {
+	servers := testCluster(t, 3)
+	leader := waitForLeaderDuties(t, servers...)
+	follower := others(servers, leader)[0]
+	release, finished := holdControllerCall(t, leader)
+
+	shutdownDone := make(chan error, 1)
+	go func() { shutdownDone <- leader.Shutdown(context.Background()) }()
+	must.Wait(t, wait.InitialSuccess(wait.BoolFunc(func() bool { return leader.lanes.Load() == nil }),
+		wait.Timeout(5*time.Second), wait.Gap(5*time.Millisecond)))
+
+	viaLeader, viaFollower := testNode("via-leader"), testNode("via-follower")
+	results := make(chan error, 2)
+	for _, c := range []struct {
+		srv  *Server
+		node *structs.Node
+	}{{leader, viaLeader}, {follower, viaFollower}} {
+		go func() {
+			var resp structs.NodeUpdateResponse
+			results <- c.srv.RPC("Node.Register", &structs.NodeRegisterRequest{Node: c.node}, &resp)
+		}()
+	}
+	// Both are held while the drain lasts.
+	select {
+	case err := <-results:
+		t.Fatalf("a request finished while the old leader was draining: %v", err)
+	default:
+	}
+
+	close(release)
+	<-finished
+	for range 2 {
+		must.NoError(t, <-results)
+	}
+	must.NoError(t, <-shutdownDone)
+	newLeader := waitForLeaderDuties(t, others(servers, leader)...)
+	for _, n := range []*structs.Node{viaLeader, viaFollower} {
+		got, err := newLeader.State().NodeByID(nil, n.ID)
+		must.NoError(t, err)
+		must.NotNil(t, got, must.Sprintf("node %s missing on the new leader", n.Name))
+		must.Eq(t, got.CreateIndex, got.ModifyIndex, must.Sprintf("node %s written more than once", n.Name))
+	}
+}

@@ -56,6 +56,8 @@ type Server struct {
 	lanes atomic.Pointer[controllerLanes]
 	// claims are the volume claims this leader is working on now.
 	claims claimsInFlight
+	// forwarding counts writes being held for a leader or forwarded.
+	forwarding inFlight
 	// planMu makes the leader apply one plan at a time, so each plan's
 	// re-check sees every earlier plan's placements.
 	planMu sync.Mutex
@@ -483,6 +485,15 @@ func (s *Server) Shutdown(ctx context.Context) error {
 			s.logger.Info("no other voter to hand leadership to")
 		case err != nil:
 			s.logger.Warn("handoff failed; shutting down without it", "error", err)
+		}
+		// Writes held while this leader drained, or forwarded to the next
+		// one, finish there rather than fail with the connection pool.
+		if err == nil {
+			fctx, cancel := context.WithTimeout(ctx, s.config.RPCHoldTimeout)
+			if n, err := s.forwarding.waitIdle(fctx); err != nil {
+				s.logger.Warn("writes still forwarding at shutdown; they get a retryable error", "writes", n)
+			}
+			cancel()
 		}
 		if s.config.LeaveOnTerminate && !errors.Is(err, errNoTransferTarget) {
 			lctx, cancel := context.WithTimeout(ctx, s.config.RPCHoldTimeout)

@@ -1,10 +1,12 @@
 package nomad
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"net"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -37,3 +39,50 @@ func (y hclogYamux) Printf(format string, v ...any) {
 	y.l.Debug(strings.TrimSpace(fmt.Sprintf(format, v...)))
 }
 func (y hclogYamux) Println(v ...any) { y.l.Debug(strings.TrimSpace(fmt.Sprint(v...))) }
+
+// inFlight counts work in progress so that a departing leader can wait for
+// it to finish. The zero value is ready to use.
+type inFlight struct {
+	mu sync.Mutex
+	n  int
+	// idle, when set, is closed once n drops to zero.
+	idle chan struct{}
+}
+
+func (f *inFlight) add() {
+	f.mu.Lock()
+	f.n++
+	f.mu.Unlock()
+}
+
+func (f *inFlight) done() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.n--
+	if f.n == 0 && f.idle != nil {
+		close(f.idle)
+		f.idle = nil
+	}
+}
+
+// waitIdle waits until nothing is in flight, or ctx ends, and returns how
+// much was in flight when it was called.
+func (f *inFlight) waitIdle(ctx context.Context) (int, error) {
+	f.mu.Lock()
+	n := f.n
+	if n == 0 {
+		f.mu.Unlock()
+		return 0, nil
+	}
+	if f.idle == nil {
+		f.idle = make(chan struct{})
+	}
+	idle := f.idle
+	f.mu.Unlock()
+	select {
+	case <-idle:
+		return n, nil
+	case <-ctx.Done():
+		return n, ctx.Err()
+	}
+}

@@ -28,8 +28,8 @@ const (
 type claimsInFlight struct {
 	mu sync.Mutex
 	m  map[claimKey]bool
-	// idle, when set, is closed once m is empty.
-	idle chan struct{}
+	// active counts the entries of m, for a departing leader to wait on.
+	active inFlight
 }
 
 type claimKey struct{ vol, alloc string }
@@ -44,39 +44,23 @@ func (c *claimsInFlight) start(k claimKey) bool {
 		return false
 	}
 	c.m[k] = true
+	c.active.add()
 	return true
 }
 
 func (c *claimsInFlight) done(k claimKey) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	delete(c.m, k)
-	if len(c.m) == 0 && c.idle != nil {
-		close(c.idle)
-		c.idle = nil
+	if c.m[k] {
+		delete(c.m, k)
+		c.active.done()
 	}
 }
 
 // waitIdle waits until no claim transition is in flight, or ctx ends, and
 // returns how many there were when it was called.
 func (c *claimsInFlight) waitIdle(ctx context.Context) (int, error) {
-	c.mu.Lock()
-	n := len(c.m)
-	if n == 0 {
-		c.mu.Unlock()
-		return 0, nil
-	}
-	if c.idle == nil {
-		c.idle = make(chan struct{})
-	}
-	idle := c.idle
-	c.mu.Unlock()
-	select {
-	case <-idle:
-		return n, nil
-	case <-ctx.Done():
-		return n, ctx.Err()
-	}
+	return c.active.waitIdle(ctx)
 }
 
 func (c *claimsInFlight) has(k claimKey) bool {
