@@ -338,3 +338,47 @@ func TestCSIVolume_ClaimCheckpointsResume(t *testing.T) {
 	must.NoError(t, err)
 	must.Eq(t, int64(0), overlaps)
 }
+
+// A publish the provider refuses (the single-node volume is attached to
+// another node behind Roam's back) fails the claim with the plugin's
+// reason, and the reservation is rolled back: no claim is left to block the
+// volume, and the controller was told to unpublish in case the refused call
+// took effect after all.
+func TestCSIVolume_FailedPublishRollsBack(t *testing.T) {
+	f := newCSIFixture(t)
+	vol := f.volume(t, "data")
+	mode := &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER}
+	_, err := f.plugin.ControllerPublishVolume(context.Background(), &csi.ControllerPublishVolumeRequest{
+		VolumeId: vol.ExternalID, NodeId: "node-a",
+		VolumeCapability: &csi.VolumeCapability{
+			AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{}},
+			AccessMode: mode,
+		},
+	})
+	must.NoError(t, err)
+
+	a := f.alloc(t, f.nodeB.ID)
+	_, err = f.claim(vol.ID, a.ID, structs.CSIVolumeClaimStateTaken, f.nodeB.SecretID)
+	must.ErrorIs(t, err, structs.ErrCSIFailedPrecondition)
+	must.False(t, structs.IsRetryable(err))
+
+	got, err := f.srv.State().CSIVolumeByID(nil, structs.DefaultNamespace, vol.ID)
+	must.NoError(t, err)
+	must.MapEmpty(t, got.Claims, must.Sprint("the failed claim's reservation is still there"))
+	calls, err := hostpath.ReadCalls(f.stateDir, "node-a")
+	must.NoError(t, err)
+	// One publish by the test, one by the claim; the rollback unpublished.
+	must.Eq(t, int64(2), calls["ControllerPublishVolume"])
+	must.Eq(t, int64(1), calls["ControllerUnpublishVolume"])
+
+	// Once the provider lets go, the same allocation claims the volume.
+	_, err = f.plugin.ControllerUnpublishVolume(context.Background(), &csi.ControllerUnpublishVolumeRequest{
+		VolumeId: vol.ExternalID, NodeId: "node-a",
+	})
+	must.NoError(t, err)
+	_, err = f.claim(vol.ID, a.ID, structs.CSIVolumeClaimStateTaken, f.nodeB.SecretID)
+	must.NoError(t, err)
+	overlaps, err := hostpath.ReadOverlaps(f.stateDir, "node-a")
+	must.NoError(t, err)
+	must.Eq(t, int64(0), overlaps)
+}
