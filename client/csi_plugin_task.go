@@ -35,7 +35,8 @@ var _ csiPluginHost = (*csiManager)(nil)
 
 // csiPluginSocket is where a plugin task listens: csi.sock in its
 // mount_dir inside the task directory, or, when that path is too long for
-// a unix socket, /tmp/roam-csi-<alloc ID prefix>-<task>.sock. Both are
+// a unix socket, roam-csi-<alloc ID prefix>-<task>.sock in the temp dir,
+// or in /tmp when $TMPDIR is itself too deep for the socket to fit. Each is
 // stable for the allocation, so a restarted client finds the plugin again.
 func csiPluginSocket(allocID string, task *structs.Task, dirs taskDirs) (socket, dir string) {
 	mountDir := strings.TrimLeft(task.CSIPluginConfig.MountDir, "/")
@@ -51,7 +52,12 @@ func csiPluginSocket(allocID string, task *structs.Task, dirs taskDirs) (socket,
 	if len(short) > 8 {
 		short = short[:8]
 	}
-	return filepath.Join(os.TempDir(), fmt.Sprintf("roam-csi-%s-%s.sock", short, task.Name)), dir
+	name := fmt.Sprintf("roam-csi-%s-%s.sock", short, task.Name)
+	socket = filepath.Join(os.TempDir(), name)
+	if len(socket) > maxCSISocketPath {
+		socket = filepath.Join("/tmp", name)
+	}
+	return socket, dir
 }
 
 // csiPluginConfigFor is what the CSI manager is given for a plugin task.

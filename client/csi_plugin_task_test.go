@@ -25,6 +25,13 @@ func TestCSIPluginSocket(t *testing.T) {
 	sock, dir = csiPluginSocket(allocID, task, taskDirs{TaskDir: long})
 	must.Eq(t, filepath.Join(os.TempDir(), "roam-csi-01234567-plugin.sock"), sock)
 	must.Eq(t, long+"/csi", dir)
+
+	// A temp dir too deep for the socket (the plugin's bind would fail
+	// with EINVAL): /tmp instead.
+	deep := t.TempDir() + "/" + strings.Repeat("y", 80)
+	t.Setenv("TMPDIR", deep)
+	sock, _ = csiPluginSocket(allocID, task, taskDirs{TaskDir: long})
+	must.Eq(t, "/tmp/roam-csi-01234567-plugin.sock", sock)
 }
 
 // TestClient_CSIPluginTask runs a plugin as a task of a system job (the
