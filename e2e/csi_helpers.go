@@ -24,9 +24,10 @@ import (
 	"github.com/roamhq/roam/api"
 )
 
-// CSI helpers: one built-in hostpath plugin process per client, all sharing
-// one state directory so that every node sees the same "network disks",
-// and readers of the plugins' overlap and call records.
+// CSI helpers: a built-in hostpath plugin instance per client and plugin
+// ID, the instances of one plugin ID sharing one state directory so that
+// every node sees the same "network disks", and readers of the plugins'
+// overlap and call records.
 
 // csiPluginID is the plugin ID every client's plugin is configured under.
 const csiPluginID = "hostpath"
@@ -34,14 +35,14 @@ const csiPluginID = "hostpath"
 // csiSettle bounds waits for claims, publishes and allocations to settle.
 const csiSettle = 60 * time.Second
 
-// csiCluster is a cluster whose clients each talk to their own hostpath
-// plugin process.
+// csiCluster is a cluster whose clients each run their own hostpath plugin
+// instance.
 type csiCluster struct {
 	*Cluster
-	// StateDir is the state directory every plugin process shares.
+	// StateDir is the state directory every plugin instance shares.
 	StateDir string
-	// Plugins are the plugin processes by client name.
-	Plugins map[string]*Agent
+	// Plugins are the plugin instances by client name.
+	Plugins map[string]*csiPluginProc
 	// Sockets are the plugin sockets by client name.
 	Sockets map[string]string
 	// NodeIDs are the clients' node IDs by client name.
@@ -50,14 +51,14 @@ type csiCluster struct {
 	Extra map[string]*csiPluginSet
 }
 
-// csiPluginSet is one more plugin ID: a monolith hostpath plugin process
+// csiPluginSet is one more plugin ID: a monolith hostpath plugin instance
 // per client, all sharing a state directory of their own, so that the
 // plugin is a storage provider separate from the default one.
 type csiPluginSet struct {
 	ID       string
 	StateDir string
-	// Plugins are the plugin processes by client name.
-	Plugins map[string]*Agent
+	// Plugins are the plugin instances by client name.
+	Plugins map[string]*csiPluginProc
 	// Sockets are the plugin sockets by client name.
 	Sockets map[string]string
 }
@@ -70,17 +71,21 @@ type csiOpts struct {
 	// MaxVolumesPerNode is the plugins' -max-volumes-per-node (0: default).
 	MaxVolumesPerNode int
 	// ExtraPluginIDs are more plugin IDs besides csiPluginID, each served
-	// like it by one plugin process per client, with its own state dir.
+	// like it by one plugin instance per client, with its own state dir.
 	ExtraPluginIDs []string
+	// ExternalPlugins starts the plugins as processes outside Roam, named
+	// by socket in each client's config, instead of as system jobs.
+	ExternalPlugins bool
 }
 
-// startCSICluster starts one monolith hostpath plugin process per client
-// (node ID = the client's name), then the cluster with each client pointed
-// at its plugin's socket, and waits until the servers count every plugin
-// instance healthy as controller and node.
+// startCSICluster starts the cluster and one monolith hostpath plugin per
+// client and plugin ID (node ID = the client's name): by default as a
+// system job per plugin ID, with ExternalPlugins as processes of the test's
+// own that the clients are pointed at. It waits until the servers count
+// every plugin instance healthy as controller and node.
 func startCSICluster(t *testing.T, opts csiOpts) *csiCluster {
 	t.Helper()
-	roamBinary(t)
+	bin := roamBinary(t)
 	// Unix socket paths are limited to about 108 bytes, and t.TempDir is
 	// long; keep the sockets and shared state under a short directory.
 	dir, err := os.MkdirTemp("", "roam-csi-")
@@ -89,7 +94,7 @@ func startCSICluster(t *testing.T, opts csiOpts) *csiCluster {
 
 	cc := &csiCluster{
 		StateDir: filepath.Join(dir, "state"),
-		Plugins:  make(map[string]*Agent),
+		Plugins:  make(map[string]*csiPluginProc),
 		Sockets:  make(map[string]string),
 		Extra:    make(map[string]*csiPluginSet),
 	}
@@ -98,94 +103,152 @@ func startCSICluster(t *testing.T, opts csiOpts) *csiCluster {
 		set := &csiPluginSet{
 			ID:       id,
 			StateDir: filepath.Join(dir, "state-"+id),
-			Plugins:  make(map[string]*Agent),
+			Plugins:  make(map[string]*csiPluginProc),
 			Sockets:  make(map[string]string),
 		}
 		must.NoError(t, os.MkdirAll(set.StateDir, 0o755))
 		cc.Extra[id] = set
 	}
+	// sets visits the default plugin and every extra one.
+	type pluginSet struct {
+		id, stateDir string
+		procs        map[string]*csiPluginProc
+		sockets      map[string]string
+	}
+	sets := []pluginSet{{csiPluginID, cc.StateDir, cc.Plugins, cc.Sockets}}
+	for _, id := range opts.ExtraPluginIDs {
+		set := cc.Extra[id]
+		sets = append(sets, pluginSet{id, set.StateDir, set.Plugins, set.Sockets})
+	}
+	clientName := func(i int) string { return fmt.Sprintf("client-%d", i) }
 
-	var plugins []*Agent
-	// Registered before the cluster's cleanup, so it runs after it: the
-	// clients stop before their plugins do.
-	t.Cleanup(func() { stopAndReport(t, plugins) })
-	startPlugin := func(prefix, name, stateDir string) (*Agent, string) {
-		sock := filepath.Join(dir, prefix+name+".sock")
-		args := []string{"plugin", "csi-hostpath",
-			"-endpoint", "unix://" + sock,
-			"-node-id", name,
-			"-state-dir", stateDir,
-			"-mode", "monolith",
-			"-publish-latency", opts.PublishLatency.String(),
-		}
-		if opts.MaxVolumesPerNode > 0 {
-			args = append(args, "-max-volumes-per-node", strconv.Itoa(opts.MaxVolumesPerNode))
-		}
-		p := NewAgent(t, "plugin-"+prefix+name, filepath.Join(dir, "plugin-"+prefix+name), 0, 0, args...)
-		plugins = append(plugins, p)
-		must.NoError(t, p.Start())
-		return p, sock
-	}
-	for i := 0; i < opts.Clients; i++ {
-		name := fmt.Sprintf("client-%d", i)
-		cc.Plugins[name], cc.Sockets[name] = startPlugin("", name, cc.StateDir)
-		for _, id := range opts.ExtraPluginIDs {
-			set := cc.Extra[id]
-			set.Plugins[name], set.Sockets[name] = startPlugin(id+"-", name, set.StateDir)
-		}
-	}
-	// Clients fingerprint their plugins when they start; the sockets must
-	// answer by then.
-	waitSockets := func(procs map[string]*Agent, sockets map[string]string) {
-		for name, sock := range sockets {
-			p := procs[name]
-			WaitFor(t, startTimeout, func() error {
-				if !p.Running() {
-					return fmt.Errorf("plugin %s exited (%s):\n%s", p.Name, p.ExitState(), p.LogTail(20))
+	if opts.ExternalPlugins {
+		var agents []*Agent
+		// Registered before the cluster's cleanup, so it runs after it:
+		// the clients stop before their plugins do.
+		t.Cleanup(func() { stopAndReport(t, agents) })
+		for i := 0; i < opts.Clients; i++ {
+			name := clientName(i)
+			for _, s := range sets {
+				prefix := ""
+				if s.id != csiPluginID {
+					prefix = s.id + "-"
 				}
-				return probePlugin(sock)
-			})
+				sock := filepath.Join(dir, prefix+name+".sock")
+				args := append([]string{"plugin", "csi-hostpath", "-endpoint", "unix://" + sock, "-node-id", name},
+					csiPluginFlags(s.stateDir, opts)...)
+				a := NewAgent(t, "plugin-"+prefix+name, filepath.Join(dir, "plugin-"+prefix+name), 0, 0, args...)
+				agents = append(agents, a)
+				must.NoError(t, a.Start())
+				s.procs[name] = &csiPluginProc{PluginID: s.id, Client: name, StateDir: s.stateDir, Socket: sock, agent: a}
+				s.sockets[name] = sock
+			}
 		}
-	}
-	waitSockets(cc.Plugins, cc.Sockets)
-	for _, set := range cc.Extra {
-		waitSockets(set.Plugins, set.Sockets)
+		// Clients fingerprint their plugins when they start; the sockets
+		// must answer by then.
+		for _, s := range sets {
+			for _, p := range s.procs {
+				WaitFor(t, startTimeout, func() error {
+					if !p.Running() {
+						return fmt.Errorf("%s exited (%s):\n%s", p.Name(), p.agent.ExitState(), p.LogTail(20))
+					}
+					return probePlugin(p.Socket)
+				})
+			}
+		}
 	}
 
 	cc.Cluster = StartCluster(t, Opts{
 		Servers: opts.Servers,
 		Clients: opts.Clients,
 		ClientConfigFor: func(name string) string {
-			block := func(id, sock string) string {
-				return fmt.Sprintf(`  csi_plugin %q {
+			if !opts.ExternalPlugins {
+				return ""
+			}
+			hcl := "client {\n"
+			for _, s := range sets {
+				hcl += fmt.Sprintf(`  csi_plugin %q {
     type   = "monolith"
     socket = %q
   }
-`, id, sock)
-			}
-			hcl := "client {\n" + block(csiPluginID, cc.Sockets[name])
-			for _, id := range opts.ExtraPluginIDs {
-				hcl += block(id, cc.Extra[id].Sockets[name])
+`, s.id, s.sockets[name])
 			}
 			return hcl + "}\n"
 		},
 	})
 	cc.ReportServerEvents(150)
 	cc.NodeIDs = cc.Cluster.NodeIDs()
-	for _, id := range append([]string{csiPluginID}, opts.ExtraPluginIDs...) {
+
+	if !opts.ExternalPlugins {
+		for _, s := range sets {
+			for i, client := range cc.Clients {
+				name := clientName(i)
+				s.procs[name] = &csiPluginProc{PluginID: s.id, Client: name, StateDir: s.stateDir, dataDir: client.DataDir}
+			}
+		}
+		// Registered after the cluster's cleanup, so it runs before it:
+		// the task logs are read before the cluster's files go.
+		t.Cleanup(func() {
+			if !t.Failed() {
+				return
+			}
+			for _, s := range sets {
+				for _, name := range sortedKeys(s.procs) {
+					p := s.procs[name]
+					t.Logf("==== e2e: %s, last %d lines ====\n%s", p.Name(), logTailLines, p.LogTail(logTailLines))
+				}
+			}
+		})
+		for _, s := range sets {
+			cc.RunJob(csiPluginJob(bin, s.id, s.stateDir, opts))
+		}
+		for _, s := range sets {
+			for name, p := range s.procs {
+				if err := p.waitTask(csiSettle); err != nil {
+					list, _ := JobAllocs(cc.API(), csiPluginJobID(s.id))
+					t.Fatalf("e2e: %v\nallocations of %s:\n%s", err, csiPluginJobID(s.id), allocTable(list))
+				}
+				s.sockets[name] = p.Socket
+			}
+		}
+		// A socket the client put outside the cluster's directory (its
+		// temp dir was too deep for one) outlives the plugin: executors
+		// and tasks are killed at the end, not stopped.
+		t.Cleanup(func() {
+			for _, s := range sets {
+				for _, sock := range s.sockets {
+					if !strings.HasPrefix(sock, cc.Dir+string(filepath.Separator)) {
+						os.Remove(sock)
+					}
+				}
+			}
+		})
+	}
+
+	for _, s := range sets {
 		WaitFor(t, csiSettle, func() error {
 			var p api.CSIPlugin
-			if err := GetJSON(cc.API(), "/v1/plugin/csi/"+id, &p); err != nil {
+			if err := GetJSON(cc.API(), "/v1/plugin/csi/"+s.id, &p); err != nil {
 				return err
 			}
 			if p.ControllersHealthy != opts.Clients || p.NodesHealthy != opts.Clients {
 				return fmt.Errorf("plugin %s: %d/%d controllers and %d/%d nodes healthy, want %d",
-					id, p.ControllersHealthy, p.ControllersExpected, p.NodesHealthy, p.NodesExpected, opts.Clients)
+					s.id, p.ControllersHealthy, p.ControllersExpected, p.NodesHealthy, p.NodesExpected, opts.Clients)
 			}
 			return nil
 		})
 	}
 	return cc
+}
+
+// sortedKeys returns m's keys in order.
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
 }
 
 // dialPlugin opens a gRPC connection to a plugin socket.
@@ -324,10 +387,10 @@ func (cc *csiCluster) calls(name string) (map[string]int64, error) {
 // controller calls.
 func (cc *csiCluster) mustNoOverlaps(t *testing.T) {
 	t.Helper()
-	for name := range cc.Plugins {
+	for name, p := range cc.Plugins {
 		n, err := cc.overlaps(name)
 		must.NoError(t, err)
-		must.Eq(t, 0, n, must.Sprintf("plugin of %s counted overlapping controller calls; its log:\n%s", name, cc.Plugins[name].LogTail(40)))
+		must.Eq(t, 0, n, must.Sprintf("plugin of %s counted overlapping controller calls; its log:\n%s", name, p.LogTail(40)))
 	}
 }
 

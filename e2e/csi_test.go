@@ -20,8 +20,12 @@ import (
 // claim to be released, and reads the token back from a batch job on
 // another node: the volume moved between nodes without losing data, and no
 // plugin saw overlapping controller calls.
+//
+// It is the one CSI test whose plugins run outside Roam, named by socket in
+// each client's config (client { csi_plugin "hostpath" { socket = ... } }),
+// so that path stays covered; the others run the plugin as a system job.
 func TestCSI_WriterThenReaderOnAnotherNode(t *testing.T) {
-	cc := startCSICluster(t, csiOpts{Servers: 3, Clients: 3, PublishLatency: 200 * time.Millisecond})
+	cc := startCSICluster(t, csiOpts{Servers: 3, Clients: 3, PublishLatency: 200 * time.Millisecond, ExternalPlugins: true})
 
 	ext := cc.createVolumes(t, "client-0", "vol1")
 	cc.registerVolumeCLI(t, "vol1", ext[0])

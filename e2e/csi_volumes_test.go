@@ -135,7 +135,13 @@ exec sleep 3600`, token)
 	t.Logf("draining %s (lowest-ID controller, runs %s); controller calls so far %v", target, old, before)
 
 	start := time.Now()
-	drain(cc.Cluster, old.NodeID, "-deadline", "60s")
+	// -ignore-system keeps the node's plugin task (a system job) running:
+	// the drained allocation's volume must still be unpublished on this
+	// node, and its controller keeps serving. Without it the drainer stops
+	// the plugin in the same pass as the allocation whose volume it holds,
+	// and the claim is stuck in unpublishing (drainNode in nomad/drainer.go
+	// drains system allocations together with the rest).
+	drain(cc.Cluster, old.NodeID, "-deadline", "60s", "-ignore-system")
 
 	var repl *Alloc
 	WaitFor(t, csiSettle, func() error {
@@ -313,8 +319,10 @@ exit 1`
 // TestCSI_ClientRestartKeepsVolume restarts the client that runs an
 // allocation with a mounted volume, after SIGTERM and then after SIGKILL,
 // while its plugin keeps running: the allocation and its task survive, the
-// plugin is fingerprinted healthy again, the claim is untouched and no
-// second controller publish reaches any plugin.
+// plugin task outlives the client and the restarted client re-attaches to
+// it (same allocation, same process) and fingerprints it healthy again,
+// the claim is untouched and no second controller publish reaches any
+// plugin.
 func TestCSI_ClientRestartKeepsVolume(t *testing.T) {
 	cc := startCSICluster(t, csiOpts{Servers: 1, Clients: 2, PublishLatency: 200 * time.Millisecond})
 	ext := cc.createVolumes(t, "client-0", "vol1")
@@ -348,12 +356,18 @@ func TestCSI_ClientRestartKeepsVolume(t *testing.T) {
 	idx := cc.clientIndex(name)
 	must.NonNegative(t, idx)
 	client := cc.Clients[idx]
-	t.Logf("%s runs %s, task pid %d, claim %+v", name, alloc, pid, *claim)
+	plugin := cc.Plugins[name]
+	pluginPID := plugin.PID()
+	must.Positive(t, pluginPID, must.Sprintf("no plugin process for %s", name))
+	pluginAlloc := cc.pluginAlloc(t, csiPluginID, alloc.NodeID)
+	t.Logf("%s runs %s, task pid %d, plugin pid %d (allocation %s), claim %+v",
+		name, alloc, pid, pluginPID, shortAlloc(pluginAlloc), *claim)
 
 	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL} {
 		before := nodeCSIInfo(t, cc, alloc.NodeID)
 		cc.KillClient(idx, sig)
-		must.True(t, cc.Plugins[name].Running(), must.Sprint("plugin exited with its client"))
+		must.True(t, plugin.Running(), must.Sprint("plugin exited with its client"))
+		must.Eq(t, pluginPID, plugin.PID(), must.Sprintf("after %s the plugin process changed", sig))
 		start := time.Now()
 		cc.RestartClient(idx)
 
@@ -406,8 +420,26 @@ func TestCSI_ClientRestartKeepsVolume(t *testing.T) {
 		}
 		must.Eq(t, 1, cc.totalCalls(t, "ControllerPublishVolume"), must.Sprintf("after %s a second controller publish reached a plugin", sig))
 		must.Eq(t, 0, cc.totalCalls(t, "ControllerUnpublishVolume"), must.Sprintf("after %s a controller unpublish reached a plugin", sig))
+		// The restarted client took its plugin task back rather than
+		// starting another one.
+		must.Eq(t, pluginPID, plugin.PID(), must.Sprintf("after %s the restarted client started its plugin again", sig))
+		must.Eq(t, pluginAlloc, cc.pluginAlloc(t, csiPluginID, alloc.NodeID), must.Sprintf("after %s the plugin allocation changed", sig))
 	}
 	cc.mustNoOverlaps(t)
+}
+
+// pluginAlloc returns the ID of the one running allocation of pluginID's
+// system job on nodeID; with ExternalPlugins, "" (no job).
+func (cc *csiCluster) pluginAlloc(t *testing.T, pluginID, nodeID string) string {
+	t.Helper()
+	if p := cc.Plugins[cc.clientName(nodeID)]; p == nil || p.External() {
+		return ""
+	}
+	list, err := JobAllocs(cc.API(), csiPluginJobID(pluginID))
+	must.NoError(t, err)
+	r := onNode(running(list), nodeID)
+	must.Len(t, 1, r, must.Sprintf("running allocations of %s on node %.8s:\n%s", csiPluginJobID(pluginID), nodeID, allocTable(list)))
+	return r[0].ID
 }
 
 // nodeInfo reads /v1/node/:id with its CSI plugin fingerprints.

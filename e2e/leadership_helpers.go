@@ -93,9 +93,13 @@ func (c *Cluster) waitRejoined(t *testing.T, i int) int {
 	return leader
 }
 
+// logSource is a process whose log a test reads: an Agent or a plugin
+// instance.
+type logSource interface{ Log() string }
+
 // logLines returns the lines of a's log since its last start that contain
 // any of the needles.
-func logLines(a *Agent, needles ...string) []string {
+func logLines(a logSource, needles ...string) []string {
 	log := a.Log()
 	if i := strings.LastIndex(log, "==== e2e: start #"); i >= 0 {
 		log = log[i:]
