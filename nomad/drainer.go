@@ -5,6 +5,8 @@ import (
 	"time"
 
 	memdb "github.com/hashicorp/go-memdb"
+
+	"github.com/roamhq/roam/state"
 	"github.com/roamhq/roam/structs"
 )
 
@@ -15,8 +17,9 @@ const drainInterval = time.Second
 // runDrainer drives every draining node to empty: it asks each live
 // allocation to migrate (the scheduler moves them within each group's
 // max_parallel), stops what is left at the deadline or at once for a
-// forced drain, and ends the drain when the node has nothing left to
-// move, leaving it ineligible.
+// forced drain, then the system allocations (unless ignored) once the rest
+// are gone and their volume claims released, and ends the drain when the
+// node has nothing left to move, leaving it ineligible.
 func (s *Server) runDrainer(ctx context.Context) {
 	for {
 		ws := memdb.NewWatchSet()
@@ -64,18 +67,11 @@ func (s *Server) drainNode(ws memdb.WatchSet, n *structs.Node) error {
 		migrate   = make(map[string]*structs.DesiredTransition)
 		stop      []*structs.Allocation
 		jobs      = make(map[jobKey]*structs.Job)
+		system    []*structs.Allocation
 	)
-	for _, a := range allocs {
-		if a.ClientTerminalStatus() {
-			continue
-		}
-		system := a.Job != nil && a.Job.Type == structs.JobTypeSystem
-		if system && d.IgnoreSystemJobs {
-			continue
-		}
-		remaining++
+	drain := func(a *structs.Allocation) {
 		if a.DesiredStatus != structs.AllocDesiredStatusRun {
-			continue // already stopping; wait for the client
+			return // already stopping; wait for the client
 		}
 		job := a.Job
 		if current, _ := store.JobByID(nil, a.Namespace, a.JobID); current != nil {
@@ -93,10 +89,41 @@ func (s *Server) drainNode(ws memdb.WatchSet, n *structs.Node) error {
 			t := true
 			migrate[a.ID] = &structs.DesiredTransition{Migrate: &t}
 		default:
-			continue
+			return
 		}
 		if job != nil {
 			jobs[jobKey{job.Namespace, job.ID}] = job
+		}
+	}
+	for _, a := range allocs {
+		if a.ClientTerminalStatus() {
+			continue
+		}
+		if a.Job != nil && a.Job.Type == structs.JobTypeSystem {
+			if !d.IgnoreSystemJobs {
+				remaining++
+				system = append(system, a)
+			}
+			continue
+		}
+		remaining++
+		drain(a)
+	}
+	// System allocations go last, even past the deadline: among them are
+	// the node's CSI plugins, and the volumes of the allocations that just
+	// left must still be unpublished through them. So they stop only once
+	// every other allocation here is done and no claim names this node.
+	if len(system) > 0 && remaining == len(system) {
+		claimed, err := nodeHasClaims(store, ws, n.ID)
+		if err != nil {
+			return err
+		}
+		if claimed {
+			s.logger.Debug("draining node: system allocations wait for volume claims to be released", "node_id", n.ID)
+		} else {
+			for _, a := range system {
+				drain(a)
+			}
 		}
 	}
 
@@ -121,4 +148,21 @@ func (s *Server) drainNode(ws memdb.WatchSet, n *structs.Node) error {
 		return err
 	}
 	return nil
+}
+
+// nodeHasClaims reports whether any volume claim, in any state, names
+// nodeID. ws, if set, wakes when claims change.
+func nodeHasClaims(store *state.StateStore, ws memdb.WatchSet, nodeID string) (bool, error) {
+	vols, err := store.CSIVolumes(ws, structs.DefaultNamespace, "")
+	if err != nil {
+		return false, err
+	}
+	for _, v := range vols {
+		for _, c := range v.Claims {
+			if c.NodeID == nodeID {
+				return true, nil
+			}
+		}
+	}
+	return false, nil
 }

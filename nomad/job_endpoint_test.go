@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	memdb "github.com/hashicorp/go-memdb"
 	"github.com/shoenig/test/must"
 	"github.com/shoenig/test/wait"
 
@@ -354,4 +355,85 @@ func TestJob_FailedAllocRescheduled(t *testing.T) {
 	var got structs.SingleJobResponse
 	must.NoError(t, s.RPC("Job.GetJob", &structs.JobSpecificRequest{JobID: "flaky"}, &got))
 	must.Eq(t, structs.JobStatusDead, got.Job.Status)
+}
+
+// A drain stops a node's system allocations (its CSI plugins among them)
+// last: only once every other allocation there is done and no volume claim
+// names the node, since those claims are released through the plugins.
+func TestNode_DrainStopsSystemAllocsLast(t *testing.T) {
+	s := testServer(t, withLongHeartbeats)
+	waitForLeaderDuties(t, s)
+	n1 := workNode("n1")
+	n1.CSINodePlugins = map[string]*structs.CSIInfo{"hostpath": {PluginID: "hostpath", Healthy: true,
+		NodeInfo: &structs.CSINodeInfo{ID: "n1", MaxVolumes: 8}}}
+	registerNodeRetry(t, s, n1)
+	plugin := serviceJob("plugin", 1)
+	plugin.Type = structs.JobTypeSystem
+	plugin.TaskGroups[0].Count = 1
+	registerJob(t, s, plugin)
+	registerJob(t, s, serviceJob("web", 1))
+	sys := waitAllocs(t, s, "plugin", countIs(1))[0]
+	web := waitAllocs(t, s, "web", countIs(1))[0]
+	reportStatus(t, s, n1, structs.AllocClientStatusRunning, sys, web)
+
+	// The web allocation holds a claim on a volume of the node's plugin.
+	vol := testVolume("data")
+	vol.Namespace = structs.DefaultNamespace
+	_, _, err := s.raftApply(structs.CSIVolumeRegisterRequestType, &structs.CSIVolumeRegisterRequest{Volumes: []*structs.CSIVolume{vol}})
+	must.NoError(t, err)
+	claim := &structs.CSIVolumeClaim{AllocationID: web.ID, NodeID: n1.ID, ExternalNodeID: "n1",
+		Mode: structs.CSIVolumeClaimWrite, AccessMode: structs.CSIAccessModeSingleNodeWriter,
+		AttachmentMode: structs.CSIAttachmentModeFilesystem, State: structs.CSIVolumeClaimStateTaken}
+	must.NoError(t, s.checkpointClaim(vol.ID, claim))
+
+	var dresp structs.NodeDrainUpdateResponse
+	must.NoError(t, s.RPC("Node.UpdateDrain", &structs.NodeUpdateDrainRequest{
+		NodeID: n1.ID, DrainStrategy: &structs.DrainStrategy{DrainSpec: structs.DrainSpec{Deadline: time.Minute}},
+	}, &dresp))
+
+	// The web allocation is told to go; the plugin's is not.
+	must.Wait(t, wait.InitialSuccess(wait.ErrorFunc(func() error {
+		got, err := s.State().AllocByID(nil, web.ID)
+		if err != nil {
+			return err
+		}
+		if got.DesiredStatus != structs.AllocDesiredStatusStop {
+			return fmt.Errorf("web alloc desired %s", got.DesiredStatus)
+		}
+		return nil
+	}), wait.Timeout(10*time.Second), wait.Gap(20*time.Millisecond)))
+	webNow, err := s.State().AllocByID(nil, web.ID)
+	must.NoError(t, err)
+	reportStatus(t, s, n1, structs.AllocClientStatusComplete, webNow)
+	waitEvalsSettled(t, s, "web")
+
+	// Web is gone but its claim still names the node (its release needs
+	// the node's plugin): a drain pass leaves the plugin alone.
+	must.NoError(t, s.drainPass(memdb.NewWatchSet()))
+	waitEvalsSettled(t, s, "plugin")
+	got, err := s.State().AllocByID(nil, sys.ID)
+	must.NoError(t, err)
+	must.Eq(t, structs.AllocDesiredStatusRun, got.DesiredStatus, must.Sprint("plugin stopped while a claim still named its node"))
+	must.False(t, got.DesiredTransition.ShouldMigrate())
+
+	// Once the claim is released, the plugin goes and the drain ends.
+	claim.State = ""
+	must.NoError(t, s.checkpointClaim(vol.ID, claim))
+	must.Wait(t, wait.InitialSuccess(wait.ErrorFunc(func() error {
+		got, err := s.State().AllocByID(nil, sys.ID)
+		if err != nil {
+			return err
+		}
+		if got.DesiredStatus == structs.AllocDesiredStatusStop && !got.ClientTerminalStatus() {
+			reportStatus(t, s, n1, structs.AllocClientStatusComplete, got)
+		}
+		node, err := s.State().NodeByID(nil, n1.ID)
+		if err != nil {
+			return err
+		}
+		if got.DesiredStatus != structs.AllocDesiredStatusStop || node.DrainStrategy != nil {
+			return fmt.Errorf("plugin alloc desired %s, drain %v", got.DesiredStatus, node.DrainStrategy)
+		}
+		return nil
+	}), wait.Timeout(10*time.Second), wait.Gap(20*time.Millisecond)))
 }

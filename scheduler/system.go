@@ -74,7 +74,10 @@ func (p *planner) systemStops(allocs []*structs.Allocation) (map[string]bool, er
 		switch {
 		case n == nil || n.Status == structs.NodeStatusDown:
 			p.stop(a, structs.AllocDesiredStatusStop, AllocDescLost, structs.AllocClientStatusLost)
-		case n.DrainStrategy != nil && !n.DrainStrategy.IgnoreSystemJobs:
+		case n.DrainStrategy != nil && !n.DrainStrategy.IgnoreSystemJobs && a.DesiredTransition.ShouldMigrate():
+			// The drainer marks system allocations last, once the node's
+			// other allocations are gone and their volumes released (a CSI
+			// plugin among them must outlive those).
 			p.stop(a, structs.AllocDesiredStatusStop, AllocDescNodeDraining, "")
 		case !inDatacenters(p.job.Datacenters, n.Datacenter):
 			p.stop(a, structs.AllocDesiredStatusStop, AllocDescNotInNodeSet, "")

@@ -59,10 +59,12 @@ func TestSystem_ExistingAllocs(t *testing.T) {
 		wantStop string // DesiredDescription, "" for no stop
 		lost     bool
 		replaced bool // a new alloc is placed on the node
+		migrate  bool // the drainer marked the alloc to migrate
 	}{
 		{name: "running on ready node stays", node: mkNode("n1"), status: structs.AllocClientStatusRunning},
 		{name: "drain ignoring system jobs keeps it", node: mkNode("n1", draining(true)), status: structs.AllocClientStatusRunning},
-		{name: "drain stops it", node: mkNode("n1", draining(false)), status: structs.AllocClientStatusRunning, wantStop: AllocDescNodeDraining},
+		{name: "drain keeps it until the drainer marks it", node: mkNode("n1", draining(false)), status: structs.AllocClientStatusRunning},
+		{name: "drain stops it once marked to migrate", node: mkNode("n1", draining(false)), status: structs.AllocClientStatusRunning, migrate: true, wantStop: AllocDescNodeDraining},
 		{name: "ineligible keeps it", node: mkNode("n1", ineligible()), status: structs.AllocClientStatusRunning},
 		{name: "down node: lost", node: mkNode("n1", withStatus(structs.NodeStatusDown)), status: structs.AllocClientStatusRunning, wantStop: AllocDescLost, lost: true},
 		{name: "datacenter removed", node: mkNode("n1", withDC("dc3")), status: structs.AllocClientStatusRunning, wantStop: AllocDescNotInNodeSet},
@@ -73,6 +75,9 @@ func TestSystem_ExistingAllocs(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			job := mkSystemJob()
 			a := mkAlloc("s1", job, 0, "n1", tc.status)
+			if tc.migrate {
+				a.DesiredTransition.Migrate = &tc.migrate
+			}
 			st := &fakeState{jobs: []*structs.Job{job}, nodes: []*structs.Node{tc.node}, allocs: []*structs.Allocation{a}}
 			plan, _ := run(t, st, job)
 			got := stops(plan)
