@@ -23,6 +23,10 @@ type VolumeHook interface {
 	// Mount makes each of the group's volumes available before its tasks
 	// start, and returns the host path of each by volume name.
 	Mount(ctx context.Context, alloc *structs.Allocation, volumes map[string]*structs.VolumeRequest) (map[string]string, error)
+	// Remount is Mount for an allocation restored after a client restart,
+	// whose tasks may be running on the volumes: it keeps trying until done
+	// or ctx ends, and never gives the volumes up.
+	Remount(ctx context.Context, alloc *structs.Allocation, volumes map[string]*structs.VolumeRequest) (map[string]string, error)
 	// Unmount releases the allocation's volumes once its tasks are dead.
 	Unmount(ctx context.Context, alloc *structs.Allocation) error
 }
@@ -266,6 +270,18 @@ func (ar *allocRunner) needsVolumes() bool {
 	return tg != nil && len(tg.Volumes) > 0
 }
 
+// restoredRunning reports whether the allocation was restored after a
+// client restart with a task handle to re-attach to: a task that may still
+// be running.
+func (ar *allocRunner) restoredRunning() bool {
+	for _, tr := range ar.tasks {
+		if tr.restored != nil {
+			return true
+		}
+	}
+	return false
+}
+
 // prepare builds the allocation directory and mounts volumes.
 func (ar *allocRunner) prepare(ctx context.Context) error {
 	shared := filepath.Join(ar.allocDir, sharedDirName)
@@ -284,7 +300,13 @@ func (ar *allocRunner) prepare(ctx context.Context) error {
 	}
 	alloc := ar.Alloc()
 	tg := alloc.Job.LookupTaskGroup(alloc.TaskGroup)
-	paths, err := ar.hook.Mount(ctx, alloc, tg.Volumes)
+	mount := ar.hook.Mount
+	if ar.restoredRunning() {
+		// Its tasks kept running through the restart: failing or releasing
+		// their volumes now would pull storage from under them.
+		mount = ar.hook.Remount
+	}
+	paths, err := mount(ctx, alloc, tg.Volumes)
 	if err != nil {
 		return fmt.Errorf("mount volumes: %w", err)
 	}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -511,6 +512,7 @@ type fakeVolumes struct {
 	dir       string
 	mu        sync.Mutex
 	unmounted []string
+	remounted []string
 }
 
 func (f *fakeVolumes) Mount(_ context.Context, alloc *structs.Allocation, vols map[string]*structs.VolumeRequest) (map[string]string, error) {
@@ -523,6 +525,13 @@ func (f *fakeVolumes) Mount(_ context.Context, alloc *structs.Allocation, vols m
 		out[name] = p
 	}
 	return out, nil
+}
+
+func (f *fakeVolumes) Remount(ctx context.Context, alloc *structs.Allocation, vols map[string]*structs.VolumeRequest) (map[string]string, error) {
+	f.mu.Lock()
+	f.remounted = append(f.remounted, alloc.ID)
+	f.mu.Unlock()
+	return f.Mount(ctx, alloc, vols)
 }
 
 func (f *fakeVolumes) Unmount(_ context.Context, alloc *structs.Allocation) error {
@@ -658,4 +667,44 @@ func TestStateDB_RoundTrip(t *testing.T) {
 	must.NoError(t, db.deleteAlloc(alloc.ID))
 	got, _ = db.loadAllocs()
 	must.SliceEmpty(t, got)
+}
+
+// A restored allocation whose task kept running re-establishes its volumes
+// with Remount, which never gives them up, instead of a fresh Mount.
+func TestAllocRunner_RestoredAllocRemountsVolumes(t *testing.T) {
+	dataDir := t.TempDir()
+	srv := newFakeServer(uuid.NewString())
+	hook := &fakeVolumes{dir: t.TempDir()}
+	m1 := startTestManager(t, srv, dataDir, hook)
+
+	task := shTask("server", `echo $$ > "$ROAM_ALLOC_DIR/pid"; exec sleep 60`)
+	task.VolumeMounts = []*structs.VolumeMount{{Volume: "data", Destination: "srv/data"}}
+	alloc := testAlloc(srv.nodeID, structs.JobTypeService, noRestarts, task)
+	alloc.Job.TaskGroups[0].Volumes = map[string]*structs.VolumeRequest{"data": {Name: "data", Type: "csi", Source: "vol1"}}
+	sharedDir := filepath.Join(dataDir, "alloc", alloc.ID, "alloc")
+	killOnCleanup(t, filepath.Join(sharedDir, "pid"))
+	srv.upsert(alloc)
+	waitStatus(t, srv, alloc.ID, structs.AllocClientStatusRunning)
+	waitFile(t, filepath.Join(sharedDir, "pid"))
+
+	m1.stop()
+	hook.mu.Lock()
+	must.SliceEmpty(t, hook.remounted)
+	hook.mu.Unlock()
+
+	m2 := startTestManager(t, srv, dataDir, hook)
+	must.Wait(t, wait.InitialSuccess(
+		wait.BoolFunc(func() bool {
+			hook.mu.Lock()
+			defer hook.mu.Unlock()
+			return slices.Equal(hook.remounted, []string{alloc.ID})
+		}),
+		wait.Timeout(10*time.Second), wait.Gap(20*time.Millisecond),
+	))
+	ar := m2.getRunner(alloc.ID)
+	must.NotNil(t, ar)
+	must.Eq(t, structs.TaskStateRunning, ar.lookupTask("server").taskState().State)
+
+	srv.stop(alloc.ID)
+	waitStatus(t, srv, alloc.ID, structs.AllocClientStatusComplete)
 }

@@ -489,3 +489,96 @@ func TestClientCSI_NodeDetachVolume(t *testing.T) {
 	// Again, with no record left: NOT_FOUND and "not staged" count as done.
 	must.NoError(t, ep.NodeDetachVolume(req, &resp))
 }
+
+// lateNodePlugin is a volume manager on a node whose plugin is not yet
+// registered, sharing s's controller and claim; released counts the claims
+// it gave back.
+func lateNodePlugin(t *testing.T, s *testVolumeSetup, wait time.Duration) (vols *csiVolumeManager, register func(), released *atomic.Int64) {
+	t.Helper()
+	mgr := testCSIManager(t, nil)
+	released = &atomic.Int64{}
+	vols = newCSIVolumeManager(csiVolumeManagerConfig{
+		DataDir: t.TempDir(),
+		Plugins: mgr,
+		Claim:   s.vols.cfg.Claim,
+		Release: func(context.Context, *structs.Allocation, string) error {
+			released.Add(1)
+			return nil
+		},
+		PluginWait: wait,
+		Logger:     hclog.New(&hclog.LoggerOptions{Name: t.Name(), Level: hclog.Warn}),
+	})
+	register = func() {
+		addPlugin(t, mgr, "hp", CSIPluginTypeNode, testHostpath(t, hostpath.ModeNode, "node-h", s.stateDir, nil))
+	}
+	return vols, register, released
+}
+
+// A mount whose node plugin is still starting waits for it, bounded, and
+// gives the claim back only when it never comes.
+func TestCSIVolumes_MountWaitsForNodePlugin(t *testing.T) {
+	s := newTestVolumeSetup(t)
+	ext := createVolume(t, s.ep, "hp", "late")
+	vols, register, released := lateNodePlugin(t, s, time.Minute)
+
+	done := make(chan error, 1)
+	go func() {
+		_, err := vols.Mount(context.Background(), &structs.Allocation{ID: "alloc-late"}, volumeRequest(ext))
+		done <- err
+	}()
+	must.Wait(t, wait.InitialSuccess(wait.BoolFunc(func() bool { return s.claims.Load() == 1 }),
+		wait.Timeout(10*time.Second), wait.Gap(5*time.Millisecond)))
+	register()
+	must.NoError(t, <-done)
+	must.Eq(t, int64(0), released.Load())
+
+	// With no plugin ever, the mount fails once the wait is over and the
+	// claim of a new allocation goes back.
+	never, _, gaveBack := lateNodePlugin(t, s, 50*time.Millisecond)
+	ext2 := createVolume(t, s.ep, "hp", "never")
+	_, err := never.Mount(context.Background(), &structs.Allocation{ID: "alloc-never"}, volumeRequest(ext2))
+	must.ErrorIs(t, err, structs.ErrCSIPluginNotFound)
+	must.StrContains(t, err.Error(), "waited 50ms")
+	must.Eq(t, int64(1), gaveBack.Load())
+}
+
+// A restored allocation's volumes are re-established whatever it takes,
+// and never released on the way: its tasks are running on them.
+func TestCSIVolumes_RemountNeverReleases(t *testing.T) {
+	s := newTestVolumeSetup(t)
+	ext := createVolume(t, s.ep, "hp", "restored")
+	vols, register, released := lateNodePlugin(t, s, 20*time.Millisecond)
+
+	done := make(chan error, 1)
+	var paths map[string]string
+	go func() {
+		var err error
+		paths, err = vols.Remount(context.Background(), &structs.Allocation{ID: "alloc-restored"}, volumeRequest(ext))
+		done <- err
+	}()
+	// Several attempts fail for want of the plugin; none gives the claim up.
+	must.Wait(t, wait.InitialSuccess(wait.BoolFunc(func() bool { return s.claims.Load() >= 3 }),
+		wait.Timeout(10*time.Second), wait.Gap(5*time.Millisecond)))
+	must.Eq(t, int64(0), released.Load())
+	register()
+	must.NoError(t, <-done)
+	must.Eq(t, int64(0), released.Load())
+	must.Eq(t, filepath.Join(vols.cfg.DataDir, "csi", "hp", "per-alloc", "alloc-restored", "roam-"+ext), paths["data"])
+
+	// A remount that cannot finish before the client stops says so, still
+	// without releasing.
+	stuck, _, gaveBack := lateNodePlugin(t, s, 20*time.Millisecond)
+	ctx, cancel := context.WithCancel(context.Background())
+	base := s.claims.Load()
+	go func() {
+		tick := time.NewTicker(5 * time.Millisecond)
+		defer tick.Stop()
+		for s.claims.Load() < base+3 {
+			<-tick.C
+		}
+		cancel()
+	}()
+	_, err := stuck.Remount(ctx, &structs.Allocation{ID: "alloc-stuck"}, volumeRequest(ext))
+	must.ErrorIs(t, err, context.Canceled)
+	must.Eq(t, int64(0), gaveBack.Load())
+}

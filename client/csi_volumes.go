@@ -47,8 +47,15 @@ type csiVolumeManagerConfig struct {
 	Claim   CSIClaimFunc
 	// Release is optional.
 	Release CSIReleaseFunc
-	Logger  hclog.Logger
+	// PluginWait bounds how long a mount waits for the volume's node plugin
+	// to register here (a plugin task starting with, or restored after, the
+	// allocation that needs it). Zero means defaultCSIPluginWait.
+	PluginWait time.Duration
+	Logger     hclog.Logger
 }
+
+// defaultCSIPluginWait is PluginWait when unset.
+const defaultCSIPluginWait = time.Minute
 
 // csiVolumeManager mounts CSI volumes for allocations: NodeStageVolume
 // once per volume on the node (when the plugin asks for staging), then
@@ -95,6 +102,9 @@ type csiAllocMount struct {
 func newCSIVolumeManager(cfg csiVolumeManagerConfig) *csiVolumeManager {
 	if cfg.Logger == nil {
 		cfg.Logger = hclog.NewNullLogger()
+	}
+	if cfg.PluginWait <= 0 {
+		cfg.PluginWait = defaultCSIPluginWait
 	}
 	return &csiVolumeManager{
 		cfg:     cfg,
@@ -154,7 +164,7 @@ func (m *csiVolumeManager) Mount(ctx context.Context, alloc *structs.Allocation,
 	}
 	slices.Sort(names)
 	for _, name := range names {
-		path, err := m.mountOne(ctx, alloc, name, volumes[name])
+		path, err := m.mountOne(ctx, alloc, name, volumes[name], false)
 		if err != nil {
 			// Undo with a context of our own: the caller's may be what
 			// ended the mount.
@@ -170,7 +180,66 @@ func (m *csiVolumeManager) Mount(ctx context.Context, alloc *structs.Allocation,
 	return paths, nil
 }
 
-func (m *csiVolumeManager) mountOne(ctx context.Context, alloc *structs.Allocation, name string, req *structs.VolumeRequest) (path string, err error) {
+// Remount re-establishes the volumes of an allocation restored after the
+// client restarted, whose tasks may still be running on them. Claim, stage
+// and publish are idempotent, so it redoes them to rebuild what this
+// manager knows, trying again until done or ctx ends. Unlike Mount it never
+// releases a claim on failure: the tasks are using the volumes.
+func (m *csiVolumeManager) Remount(ctx context.Context, alloc *structs.Allocation, volumes map[string]*structs.VolumeRequest) (map[string]string, error) {
+	paths := make(map[string]string, len(volumes))
+	names := make([]string, 0, len(volumes))
+	for name := range volumes {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		backoff := 100 * time.Millisecond
+		for {
+			path, err := m.mountOne(ctx, alloc, name, volumes[name], true)
+			if err == nil {
+				paths[name] = path
+				break
+			}
+			m.logger.Warn("could not re-establish a restored allocation's volume; retrying",
+				"alloc_id", alloc.ID, "volume", name, "error", err)
+			select {
+			case <-ctx.Done():
+				return nil, fmt.Errorf("volume %q: %w (last error: %w)", name, ctx.Err(), err)
+			case <-time.After(backoff):
+			}
+			backoff = min(2*backoff, 5*time.Second)
+		}
+	}
+	return paths, nil
+}
+
+// waitNodePlugin returns the node plugin pluginID, waiting up to
+// PluginWait for it to register: a plugin task may be starting alongside
+// the allocation, or being restored after a client restart.
+func (m *csiVolumeManager) waitNodePlugin(ctx context.Context, pluginID string) (*csiManagedPlugin, error) {
+	deadline := time.Now().Add(m.cfg.PluginWait)
+	backoff := 50 * time.Millisecond
+	for {
+		p, err := m.cfg.Plugins.nodePlugin(pluginID)
+		if err == nil || !errors.Is(err, structs.ErrCSIPluginNotFound) {
+			return p, err
+		}
+		if !time.Now().Before(deadline) {
+			return nil, fmt.Errorf("waited %s: %w", m.cfg.PluginWait, err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w (waiting for: %w)", ctx.Err(), err)
+		case <-time.After(min(backoff, time.Until(deadline))):
+		}
+		backoff = min(2*backoff, time.Second)
+	}
+}
+
+// mountOne claims, stages and publishes one volume for alloc. With
+// keepClaim the claim is left in place when the mount fails (a restored
+// allocation still uses it); otherwise it is released.
+func (m *csiVolumeManager) mountOne(ctx context.Context, alloc *structs.Allocation, name string, req *structs.VolumeRequest, keepClaim bool) (path string, err error) {
 	if m.cfg.Claim == nil {
 		return "", errors.New("csi volumes: no way to claim volumes on this client")
 	}
@@ -186,13 +255,13 @@ func (m *csiVolumeManager) mountOne(ctx context.Context, alloc *structs.Allocati
 		// A claim whose mount failed is not recorded, so Unmount will not
 		// release it: release it here rather than leave it to the servers'
 		// volume watcher.
-		if err != nil && m.cfg.Release != nil {
+		if err != nil && !keepClaim && m.cfg.Release != nil {
 			if rerr := m.cfg.Release(ctx, alloc, vol.ID); rerr != nil {
 				m.logger.Warn("could not release the claim of a failed mount", "volume_id", vol.ID, "error", rerr)
 			}
 		}
 	}()
-	p, err := m.cfg.Plugins.nodePlugin(vol.PluginID)
+	p, err := m.waitNodePlugin(ctx, vol.PluginID)
 	if err != nil {
 		return "", err
 	}
