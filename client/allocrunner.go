@@ -300,13 +300,22 @@ func (ar *allocRunner) prepare(ctx context.Context) error {
 	}
 	alloc := ar.Alloc()
 	tg := alloc.Job.LookupTaskGroup(alloc.TaskGroup)
-	mount := ar.hook.Mount
 	if ar.restoredRunning() {
-		// Its tasks kept running through the restart: failing or releasing
-		// their volumes now would pull storage from under them.
-		mount = ar.hook.Remount
+		// Its tasks kept running through the restart, on volumes still
+		// mounted and linked into their task dirs: failing or releasing
+		// them now would pull storage from under the tasks. Should the
+		// servers refuse the claim (the allocation stopped meanwhile), the
+		// tasks are re-attached anyway, to be stopped the usual way.
+		if _, err := ar.hook.Remount(ctx, alloc, tg.Volumes); err != nil {
+			if ctx.Err() != nil {
+				return err
+			}
+			ar.logger.Error("could not re-establish the volumes of a restored allocation; its tasks keep what they have",
+				"error", err)
+		}
+		return nil
 	}
-	paths, err := mount(ctx, alloc, tg.Volumes)
+	paths, err := ar.hook.Mount(ctx, alloc, tg.Volumes)
 	if err != nil {
 		return fmt.Errorf("mount volumes: %w", err)
 	}

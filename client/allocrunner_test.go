@@ -513,6 +513,8 @@ type fakeVolumes struct {
 	mu        sync.Mutex
 	unmounted []string
 	remounted []string
+	// remountErr, when set, is what Remount returns.
+	remountErr error
 }
 
 func (f *fakeVolumes) Mount(_ context.Context, alloc *structs.Allocation, vols map[string]*structs.VolumeRequest) (map[string]string, error) {
@@ -530,7 +532,11 @@ func (f *fakeVolumes) Mount(_ context.Context, alloc *structs.Allocation, vols m
 func (f *fakeVolumes) Remount(ctx context.Context, alloc *structs.Allocation, vols map[string]*structs.VolumeRequest) (map[string]string, error) {
 	f.mu.Lock()
 	f.remounted = append(f.remounted, alloc.ID)
+	err := f.remountErr
 	f.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
 	return f.Mount(ctx, alloc, vols)
 }
 
@@ -685,7 +691,8 @@ func TestAllocRunner_RestoredAllocRemountsVolumes(t *testing.T) {
 	killOnCleanup(t, filepath.Join(sharedDir, "pid"))
 	srv.upsert(alloc)
 	waitStatus(t, srv, alloc.ID, structs.AllocClientStatusRunning)
-	waitFile(t, filepath.Join(sharedDir, "pid"))
+	pid, err := strconv.Atoi(strings.TrimSpace(waitFile(t, filepath.Join(sharedDir, "pid"))))
+	must.NoError(t, err)
 
 	m1.stop()
 	hook.mu.Lock()
@@ -705,6 +712,28 @@ func TestAllocRunner_RestoredAllocRemountsVolumes(t *testing.T) {
 	must.NotNil(t, ar)
 	must.Eq(t, structs.TaskStateRunning, ar.lookupTask("server").taskState().State)
 
+	// Restarted again, with the servers refusing the claim: the task is
+	// re-attached all the same (not marked failed while it runs), and
+	// stops the usual way.
+	m2.stop()
+	hook.mu.Lock()
+	hook.remountErr = fmt.Errorf("claim: %w: allocation is terminal", structs.ErrInvalidRequest)
+	hook.mu.Unlock()
+	m3 := startTestManager(t, srv, dataDir, hook)
+	must.Wait(t, wait.InitialSuccess(
+		wait.BoolFunc(func() bool {
+			hook.mu.Lock()
+			defer hook.mu.Unlock()
+			return len(hook.remounted) == 2
+		}),
+		wait.Timeout(10*time.Second), wait.Gap(20*time.Millisecond),
+	))
+	ar = m3.getRunner(alloc.ID)
+	must.NotNil(t, ar)
+	must.Eq(t, structs.TaskStateRunning, ar.lookupTask("server").taskState().State)
+	must.True(t, processAlive(pid))
+
 	srv.stop(alloc.ID)
 	waitStatus(t, srv, alloc.ID, structs.AllocClientStatusComplete)
+	must.False(t, processAlive(pid))
 }

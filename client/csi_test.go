@@ -581,4 +581,17 @@ func TestCSIVolumes_RemountNeverReleases(t *testing.T) {
 	_, err := stuck.Remount(ctx, &structs.Allocation{ID: "alloc-stuck"}, volumeRequest(ext))
 	must.ErrorIs(t, err, context.Canceled)
 	must.Eq(t, int64(0), gaveBack.Load())
+
+	// A claim the servers refuse (the allocation stopped while the client
+	// was down) is their answer: no retry, and still no release.
+	refused, _, refusedBack := lateNodePlugin(t, s, 20*time.Millisecond)
+	attempts := 0
+	refused.cfg.Claim = func(context.Context, *structs.Allocation, *structs.VolumeRequest) (*CSIMountClaim, error) {
+		attempts++
+		return nil, fmt.Errorf("%w: allocation alloc-gone is terminal and may not claim volumes", structs.ErrInvalidRequest)
+	}
+	_, err = refused.Remount(context.Background(), &structs.Allocation{ID: "alloc-gone"}, volumeRequest(ext))
+	must.ErrorIs(t, err, structs.ErrInvalidRequest)
+	must.Eq(t, 1, attempts)
+	must.Eq(t, int64(0), refusedBack.Load())
 }

@@ -180,11 +180,16 @@ func (m *csiVolumeManager) Mount(ctx context.Context, alloc *structs.Allocation,
 	return paths, nil
 }
 
+// errClaimFailed marks a mount that failed at the claim: the claim function
+// already retried what may pass, so what it returns is the servers' answer.
+var errClaimFailed = errors.New("claim")
+
 // Remount re-establishes the volumes of an allocation restored after the
 // client restarted, whose tasks may still be running on them. Claim, stage
 // and publish are idempotent, so it redoes them to rebuild what this
-// manager knows, trying again until done or ctx ends. Unlike Mount it never
-// releases a claim on failure: the tasks are using the volumes.
+// manager knows, trying again until done or ctx ends; a claim the servers
+// refuse (the allocation was stopped meanwhile, say) ends it with that
+// error. Unlike Mount it never releases a claim: the tasks use the volumes.
 func (m *csiVolumeManager) Remount(ctx context.Context, alloc *structs.Allocation, volumes map[string]*structs.VolumeRequest) (map[string]string, error) {
 	paths := make(map[string]string, len(volumes))
 	names := make([]string, 0, len(volumes))
@@ -199,6 +204,9 @@ func (m *csiVolumeManager) Remount(ctx context.Context, alloc *structs.Allocatio
 			if err == nil {
 				paths[name] = path
 				break
+			}
+			if errors.Is(err, errClaimFailed) {
+				return nil, fmt.Errorf("volume %q: %w", name, err)
 			}
 			m.logger.Warn("could not re-establish a restored allocation's volume; retrying",
 				"alloc_id", alloc.ID, "volume", name, "error", err)
@@ -245,7 +253,7 @@ func (m *csiVolumeManager) mountOne(ctx context.Context, alloc *structs.Allocati
 	}
 	claim, err := m.cfg.Claim(ctx, alloc, req)
 	if err != nil {
-		return "", fmt.Errorf("claim: %w", err)
+		return "", fmt.Errorf("%w: %w", errClaimFailed, err)
 	}
 	vol := claim.Volume
 	if vol == nil {
