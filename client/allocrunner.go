@@ -304,8 +304,9 @@ func (ar *allocRunner) prepare(ctx context.Context) error {
 		// Its tasks kept running through the restart, on volumes still
 		// mounted and linked into their task dirs: failing or releasing
 		// them now would pull storage from under the tasks. Should the
-		// servers refuse the claim (the allocation stopped meanwhile), the
-		// tasks are re-attached anyway, to be stopped the usual way.
+		// servers refuse the claim (the allocation stopped meanwhile) or
+		// the plugin not come back, the tasks are re-attached anyway, to
+		// be stopped the usual way.
 		if _, err := ar.hook.Remount(ctx, alloc, tg.Volumes); err != nil {
 			if ctx.Err() != nil {
 				return err

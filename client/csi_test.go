@@ -547,7 +547,7 @@ func TestCSIVolumes_MountWaitsForNodePlugin(t *testing.T) {
 func TestCSIVolumes_RemountNeverReleases(t *testing.T) {
 	s := newTestVolumeSetup(t)
 	ext := createVolume(t, s.ep, "hp", "restored")
-	vols, register, released := lateNodePlugin(t, s, 20*time.Millisecond)
+	vols, register, released := lateNodePlugin(t, s, time.Minute)
 
 	done := make(chan error, 1)
 	var paths map[string]string
@@ -556,31 +556,36 @@ func TestCSIVolumes_RemountNeverReleases(t *testing.T) {
 		paths, err = vols.Remount(context.Background(), &structs.Allocation{ID: "alloc-restored"}, volumeRequest(ext))
 		done <- err
 	}()
-	// Several attempts fail for want of the plugin; none gives the claim up.
-	must.Wait(t, wait.InitialSuccess(wait.BoolFunc(func() bool { return s.claims.Load() >= 3 }),
+	// Claimed, and waiting for the plugin (restored alongside).
+	must.Wait(t, wait.InitialSuccess(wait.BoolFunc(func() bool { return s.claims.Load() == 1 }),
 		wait.Timeout(10*time.Second), wait.Gap(5*time.Millisecond)))
-	must.Eq(t, int64(0), released.Load())
 	register()
 	must.NoError(t, <-done)
 	must.Eq(t, int64(0), released.Load())
 	must.Eq(t, filepath.Join(vols.cfg.DataDir, "csi", "hp", "per-alloc", "alloc-restored", "roam-"+ext), paths["data"])
 
-	// A remount that cannot finish before the client stops says so, still
-	// without releasing.
-	stuck, _, gaveBack := lateNodePlugin(t, s, 20*time.Millisecond)
+	// A plugin that does not come back within the wait ends the remount,
+	// still without releasing: the caller re-attaches the tasks anyway.
+	gone, _, goneBack := lateNodePlugin(t, s, 20*time.Millisecond)
+	_, err := gone.Remount(context.Background(), &structs.Allocation{ID: "alloc-no-plugin"}, volumeRequest(ext))
+	must.ErrorIs(t, err, structs.ErrCSIPluginNotFound)
+	must.Eq(t, int64(0), goneBack.Load())
+
+	// Nor does a client that stops while it waits.
+	stuck, _, stuckBack := lateNodePlugin(t, s, time.Minute)
 	ctx, cancel := context.WithCancel(context.Background())
 	base := s.claims.Load()
 	go func() {
 		tick := time.NewTicker(5 * time.Millisecond)
 		defer tick.Stop()
-		for s.claims.Load() < base+3 {
+		for s.claims.Load() < base+1 {
 			<-tick.C
 		}
 		cancel()
 	}()
-	_, err := stuck.Remount(ctx, &structs.Allocation{ID: "alloc-stuck"}, volumeRequest(ext))
+	_, err = stuck.Remount(ctx, &structs.Allocation{ID: "alloc-stuck"}, volumeRequest(ext))
 	must.ErrorIs(t, err, context.Canceled)
-	must.Eq(t, int64(0), gaveBack.Load())
+	must.Eq(t, int64(0), stuckBack.Load())
 
 	// A claim the servers refuse (the allocation stopped while the client
 	// was down) is their answer: no retry, and still no release.
