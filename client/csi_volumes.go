@@ -187,10 +187,11 @@ var errClaimFailed = errors.New("claim")
 // Remount re-establishes the volumes of an allocation restored after the
 // client restarted, whose tasks may still be running on them. Claim, stage
 // and publish are idempotent, so it redoes them to rebuild what this
-// manager knows. It tries again while the plugin fails calls; a claim the
-// servers refuse (the allocation was stopped meanwhile, say), a plugin that
-// does not register within PluginWait, or ctx ending stops it. Unlike Mount
-// it never releases a claim: the tasks use the volumes.
+// manager knows. It tries again while the plugin is unavailable; a claim
+// the servers refuse (the allocation was stopped meanwhile, say), a plugin
+// that does not register within PluginWait, any other plugin error, or ctx
+// ending stops it. Unlike Mount it never releases a claim: the tasks use
+// the volumes.
 func (m *csiVolumeManager) Remount(ctx context.Context, alloc *structs.Allocation, volumes map[string]*structs.VolumeRequest) (map[string]string, error) {
 	paths := make(map[string]string, len(volumes))
 	names := make([]string, 0, len(volumes))
@@ -206,10 +207,10 @@ func (m *csiVolumeManager) Remount(ctx context.Context, alloc *structs.Allocatio
 				paths[name] = path
 				break
 			}
-			// The servers' answer, or a plugin that did not come back
-			// within PluginWait, ends it; a plugin that fails a call is
-			// tried again.
-			if errors.Is(err, errClaimFailed) || errors.Is(err, structs.ErrCSIPluginNotFound) || ctx.Err() != nil {
+			// Only a plugin that could not be reached or did not finish is
+			// tried again. The servers' answer, a plugin that did not come
+			// back within PluginWait, or the plugin's own refusal ends it.
+			if !errors.Is(err, structs.ErrCSIUnavailable) || ctx.Err() != nil {
 				return nil, fmt.Errorf("volume %q: %w", name, err)
 			}
 			m.logger.Warn("could not re-establish a restored allocation's volume; retrying",

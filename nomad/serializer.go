@@ -92,10 +92,7 @@ func (l *controllerLanes) Do(ctx context.Context, pluginID string, op string, fn
 	if err := l.wait(ctx, pluginID, op); err != nil {
 		return err
 	}
-
-	l.mu.Lock()
-	l.running++
-	l.mu.Unlock()
+	// wait counted the call as running.
 	defer func() {
 		l.mu.Lock()
 		l.running--
@@ -159,7 +156,10 @@ func (l *controllerLanes) Depth(pluginID string) int {
 	return 0
 }
 
-// wait returns nil once the caller holds pluginID's lane.
+// wait returns nil once the caller holds pluginID's lane, counted as
+// running. The lane is granted and counted under l.mu, after checking the
+// parent there: once the parent has ended and waitIdle has seen no call
+// running, no call starts.
 func (l *controllerLanes) wait(ctx context.Context, pluginID, op string) error {
 	if err := l.parent.Err(); err != nil {
 		return l.noLeader(pluginID, op, err)
@@ -170,9 +170,14 @@ func (l *controllerLanes) wait(ctx context.Context, pluginID, op string) error {
 
 	start := time.Now()
 	l.mu.Lock()
+	if err := l.parent.Err(); err != nil {
+		l.mu.Unlock()
+		return l.noLeader(pluginID, op, err)
+	}
 	ln, busy := l.lanes[pluginID]
 	if !busy {
 		l.lanes[pluginID] = &lane{}
+		l.running++
 		l.mu.Unlock()
 		metrics.MeasureSinceWithLabels([]string{"csi", "lane", "wait"}, start, pluginLabels(pluginID))
 		return nil
@@ -188,10 +193,14 @@ func (l *controllerLanes) wait(ctx context.Context, pluginID, op string) error {
 	case <-w.ready:
 		// The parent may have ended at the same moment; no new call starts
 		// after it has.
+		l.mu.Lock()
 		if err := l.parent.Err(); err != nil {
-			l.release(pluginID)
+			l.releaseLocked(pluginID)
+			l.mu.Unlock()
 			return l.noLeader(pluginID, op, err)
 		}
+		l.running++
+		l.mu.Unlock()
 		metrics.MeasureSinceWithLabels([]string{"csi", "lane", "wait"}, start, pluginLabels(pluginID))
 		l.logger.Debug("lane acquired", "plugin_id", pluginID, "op", op, "waited", time.Since(start))
 		return nil

@@ -45,8 +45,10 @@ var (
 
 // csiErrors are the CSI sentinels FromRPCError recognises. They come before
 // the generic ones in knownErrors: their messages are more specific.
+// ErrCSIControllerUnavailable comes first: its message quotes the last
+// candidate's error, which may name another sentinel.
 var csiErrors = []error{
+	ErrCSIControllerUnavailable,
 	ErrCSIPluginNotFound, ErrCSIInvalidArgument, ErrCSINotFound, ErrCSIFailedPrecondition,
 	ErrCSIResourceExhausted, ErrCSIAlreadyExists, ErrCSIUnimplemented, ErrCSIUnavailable, ErrCSIInternal,
-	ErrCSIControllerUnavailable,
 }

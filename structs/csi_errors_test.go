@@ -21,4 +21,13 @@ func TestFromRPCError_CSI(t *testing.T) {
 	got := FromRPCError(errors.New(ErrCSINotFound.Error()))
 	must.ErrorIs(t, got, ErrCSINotFound)
 	must.False(t, errors.Is(got, ErrNotFound))
+
+	// No reachable controller quotes the last candidate's error, whatever
+	// sentinel that names; the outer meaning wins.
+	for _, last := range []error{ErrCSIPluginNotFound, ErrNodeNotConnected, ErrCSIUnavailable} {
+		msg := fmt.Errorf(`%w: plugin "p": all 2 candidates failed, last on node n2: %w: "p"`, ErrCSIControllerUnavailable, last).Error()
+		got := FromRPCError(rpc.ServerError(msg))
+		must.ErrorIs(t, got, ErrCSIControllerUnavailable, must.Sprint(msg))
+		must.False(t, errors.Is(got, last), must.Sprint(msg))
+	}
 }
