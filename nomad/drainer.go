@@ -109,21 +109,36 @@ func (s *Server) drainNode(ws memdb.WatchSet, n *structs.Node) error {
 		remaining++
 		drain(a)
 	}
-	// System allocations go last, even past the deadline: among them are
-	// the node's CSI plugins, and the volumes of the allocations that just
-	// left must still be unpublished through them. So they stop only once
-	// every other allocation here is done and no claim names this node.
+	// System allocations go last: among them are the node's CSI plugins,
+	// and the volumes of the allocations that just left must still be
+	// unpublished through them. So they stop only once every other
+	// allocation here is done and no claim of another allocation names
+	// this node; past the deadline, that wait is bounded by
+	// drainClaimGrace, so a claim that cannot be released does not hold
+	// the drain forever.
 	if len(system) > 0 && remaining == len(system) {
-		claimed, err := nodeHasClaims(store, ws, n.ID)
+		own := make(map[string]bool, len(system))
+		for _, a := range system {
+			own[a.ID] = true
+		}
+		vols, err := nodeClaims(store, ws, n.ID, own)
 		if err != nil {
 			return err
 		}
-		if claimed {
-			s.logger.Debug("draining node: system allocations wait for volume claims to be released", "node_id", n.ID)
-		} else {
+		switch {
+		case len(vols) == 0:
 			for _, a := range system {
 				drain(a)
 			}
+		case force && time.Since(forcedAt(d)) > drainClaimGrace:
+			s.logger.Warn("draining node: stopping system allocations although volume claims still name the node",
+				"node_id", n.ID, "volumes", vols, "waited", drainClaimGrace)
+			for _, a := range system {
+				drain(a)
+			}
+		default:
+			s.logger.Debug("draining node: system allocations wait for volume claims to be released",
+				"node_id", n.ID, "volumes", vols)
 		}
 	}
 
@@ -150,19 +165,35 @@ func (s *Server) drainNode(ws memdb.WatchSet, n *structs.Node) error {
 	return nil
 }
 
-// nodeHasClaims reports whether any volume claim, in any state, names
-// nodeID. ws, if set, wakes when claims change.
-func nodeHasClaims(store *state.StateStore, ws memdb.WatchSet, nodeID string) (bool, error) {
+// drainClaimGrace bounds how long, past a drain's deadline, the node's
+// system allocations wait for volume claims to be released.
+const drainClaimGrace = time.Minute
+
+// forcedAt is when a drain began forcing: its deadline, or its start for a
+// drain forced from the outset.
+func forcedAt(d *structs.DrainStrategy) time.Time {
+	if d.Deadline < 0 || d.ForceDeadline.IsZero() {
+		return d.StartedAt
+	}
+	return d.ForceDeadline
+}
+
+// nodeClaims returns the IDs of the volumes with a claim, in any state,
+// that names nodeID and belongs to an allocation not in except. ws, if
+// set, wakes when claims change.
+func nodeClaims(store *state.StateStore, ws memdb.WatchSet, nodeID string, except map[string]bool) ([]string, error) {
 	vols, err := store.CSIVolumes(ws, structs.DefaultNamespace, "")
 	if err != nil {
-		return false, err
+		return nil, err
 	}
+	var out []string
 	for _, v := range vols {
-		for _, c := range v.Claims {
-			if c.NodeID == nodeID {
-				return true, nil
+		for allocID, c := range v.Claims {
+			if c.NodeID == nodeID && !except[allocID] {
+				out = append(out, v.ID)
+				break
 			}
 		}
 	}
-	return false, nil
+	return out, nil
 }

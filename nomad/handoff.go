@@ -26,6 +26,10 @@ import (
 // nothing to hand over and gets ErrNoLeader; a lone voter gets
 // errNoTransferTarget before anything is stopped.
 func (s *Server) handoff(ctx context.Context, peerID, peerAddr string, resume bool) (id, addr string, err error) {
+	// A second handoff (a signal during the operator's) waits for the
+	// first, then finds this server a follower.
+	s.handoffMu.Lock()
+	defer s.handoffMu.Unlock()
 	if !s.IsLeader() {
 		return "", "", structs.ErrNoLeader
 	}
@@ -33,6 +37,8 @@ func (s *Server) handoff(ctx context.Context, peerID, peerAddr string, resume bo
 	if err != nil {
 		return "", "", err
 	}
+	s.handingOff.Store(true)
+	defer s.handingOff.Store(false)
 	start := time.Now()
 	s.logger.Info("leadership handoff started", "target", transferTargetName(target))
 	metrics.IncrCounter([]string{"leader", "handoff", "started"}, 1)
@@ -43,8 +49,7 @@ func (s *Server) handoff(ctx context.Context, peerID, peerAddr string, resume bo
 	// around them, up to their Raft checkpoint. A checkpoint left for after
 	// the transfer would be refused, and the next leader would redo a
 	// publish that already happened.
-	lanes := s.lanes.Load()
-	s.revokeLeadership()
+	lanes := s.revokeLeadership()
 	s.drainInFlight(ctx, start, lanes)
 	// Followers learn of the last write now rather than at the next
 	// heartbeat, so the new leader's leaderless gap starts when this
@@ -60,7 +65,8 @@ func (s *Server) handoff(ctx context.Context, peerID, peerAddr string, resume bo
 		err = fmt.Errorf("leadership handoff: %w", err)
 		if resume && s.IsLeader() {
 			s.logger.Error("handoff failed; this server still leads and resumes its duties", "error", err)
-			s.establishLeadership()
+			s.handingOff.Store(false)
+			s.establishLeadership(false)
 		}
 		return "", "", err
 	}
@@ -184,7 +190,7 @@ func (s *Server) stepDown(reason error) {
 			return
 		}
 		if s.IsLeader() {
-			s.establishLeadership()
+			s.establishLeadership(false)
 		}
 	}()
 }
@@ -193,6 +199,9 @@ func (s *Server) stepDown(reason error) {
 // leader, which after a handoff is another server. Used on shutdown when
 // leave_on_terminate is set.
 func (s *Server) leave(ctx context.Context) error {
+	if s.IsLeader() {
+		return errors.New("leave: this server still leads; hand leadership over first")
+	}
 	req := structs.RaftPeerRequest{ID: s.config.NodeID}
 	req.Region = s.config.Region
 	var resp structs.GenericResponse

@@ -289,3 +289,24 @@ func TestHandoff_RequestsDuringDrainReachNewLeader(t *testing.T) {
 		must.Eq(t, got.CreateIndex, got.ModifyIndex, must.Sprintf("node %s written more than once", n.Name))
 	}
 }
+
+// A lone server has nobody to hand over to, but still lets its in-flight
+// controller call finish (and reach its checkpoint) before Raft stops.
+func TestHandoff_LoneServerDrainsOnShutdown(t *testing.T) {
+	s := testServer(t, nil)
+	waitForLeaderDuties(t, s)
+	release, finished := holdControllerCall(t, s)
+
+	done := make(chan error, 1)
+	go func() { done <- s.Shutdown(context.Background()) }()
+	must.Wait(t, wait.InitialSuccess(wait.BoolFunc(func() bool { return s.lanes.Load() == nil }),
+		wait.Timeout(5*time.Second), wait.Gap(5*time.Millisecond)))
+	select {
+	case err := <-done:
+		t.Fatalf("shutdown finished while a controller call was in flight: %v", err)
+	default:
+	}
+	close(release)
+	<-finished
+	must.NoError(t, <-done)
+}

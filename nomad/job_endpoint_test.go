@@ -359,7 +359,8 @@ func TestJob_FailedAllocRescheduled(t *testing.T) {
 
 // A drain stops a node's system allocations (its CSI plugins among them)
 // last: only once every other allocation there is done and no volume claim
-// names the node, since those claims are released through the plugins.
+// of another allocation names the node, since those claims are released
+// through the plugins.
 func TestNode_DrainStopsSystemAllocsLast(t *testing.T) {
 	s := testServer(t, withLongHeartbeats)
 	waitForLeaderDuties(t, s)
@@ -385,6 +386,15 @@ func TestNode_DrainStopsSystemAllocsLast(t *testing.T) {
 		Mode: structs.CSIVolumeClaimWrite, AccessMode: structs.CSIAccessModeSingleNodeWriter,
 		AttachmentMode: structs.CSIAttachmentModeFilesystem, State: structs.CSIVolumeClaimStateTaken}
 	must.NoError(t, s.checkpointClaim(vol.ID, claim))
+	// The plugin allocation's own claim (a system job may use volumes too)
+	// does not hold it back.
+	own := testVolume("own")
+	own.Namespace = structs.DefaultNamespace
+	_, _, err = s.raftApply(structs.CSIVolumeRegisterRequestType, &structs.CSIVolumeRegisterRequest{Volumes: []*structs.CSIVolume{own}})
+	must.NoError(t, err)
+	ownClaim := *claim
+	ownClaim.AllocationID = sys.ID
+	must.NoError(t, s.checkpointClaim(own.ID, &ownClaim))
 
 	var dresp structs.NodeDrainUpdateResponse
 	must.NoError(t, s.RPC("Node.UpdateDrain", &structs.NodeUpdateDrainRequest{

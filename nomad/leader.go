@@ -26,7 +26,7 @@ func (s *Server) monitorLeadership() {
 		select {
 		case isLeader := <-s.raftNotifyCh:
 			if isLeader {
-				s.establishLeadership()
+				s.establishLeadership(true)
 			} else {
 				s.revokeLeadership()
 			}
@@ -43,8 +43,11 @@ func (s *Server) monitorLeadership() {
 
 // establishLeadership waits until the FSM has applied everything the
 // previous leader committed, then starts the leader's duties under a
-// context that revokeLeadership cancels.
-func (s *Server) establishLeadership() {
+// context that revokeLeadership cancels. newTerm is set when Raft has just
+// made this server leader (and not when duties resume after a failed
+// handoff), which is when a leaderless gap ended. It does nothing while a
+// handoff runs, or once this server no longer leads.
+func (s *Server) establishLeadership(newTerm bool) {
 	// Raft stops updating the last contact once this server campaigns, so
 	// it is the last time the previous leader was heard from.
 	lastContact := s.raft.LastContact()
@@ -62,6 +65,11 @@ func (s *Server) establishLeadership() {
 	defer s.leaderMu.Unlock()
 	if s.leaderCancel != nil {
 		return // already leading
+	}
+	if s.handingOff.Load() || !s.IsLeader() {
+		// Checked under leaderMu: a handoff revokes under it too, and a
+		// lost leadership's revoke waits for it.
+		return
 	}
 	ctx, cancel := context.WithCancel(s.shutdownCtx)
 	s.leaderCancel = cancel
@@ -103,7 +111,9 @@ func (s *Server) establishLeadership() {
 		defer s.leaderWG.Done()
 		s.reconcileLoop(ctx)
 	}()
-	s.reportLeaderlessGap(lastContact)
+	if newTerm {
+		s.reportLeaderlessGap(lastContact)
+	}
 }
 
 // reportLeaderlessGap logs and records how long the cluster went without a
@@ -139,14 +149,16 @@ func (s *Server) leaderBarrier() error {
 	}
 }
 
-// revokeLeadership stops every leader duty and waits for them to return.
-// Safe to call when not leading.
-func (s *Server) revokeLeadership() {
+// revokeLeadership stops every leader duty, waits for them to return, and
+// returns the lanes it closed (nil if none) for a handoff to drain. Safe to
+// call when not leading.
+func (s *Server) revokeLeadership() *controllerLanes {
 	s.leaderMu.Lock()
 	defer s.leaderMu.Unlock()
 	if s.leaderCancel == nil {
-		return
+		return nil
 	}
+	lanes := s.lanes.Load()
 	s.logger.Info("cluster leadership lost")
 	s.leaderCancel()
 	s.leaderCancel = nil
@@ -154,6 +166,7 @@ func (s *Server) revokeLeadership() {
 	s.heartbeats.stop()
 	s.broker.setEnabled(false)
 	s.lanes.Store(nil)
+	return lanes
 }
 
 // reconcileLoop keeps the Raft configuration in step with the servers that

@@ -67,6 +67,10 @@ type Server struct {
 	leaderMu     sync.Mutex
 	leaderCancel context.CancelFunc
 	leaderWG     sync.WaitGroup
+	// handoffMu lets one handoff run at a time; handingOff is set while
+	// one runs, so nothing starts the leader's duties again meanwhile.
+	handoffMu  sync.Mutex
+	handingOff atomic.Bool
 	// leaderChangeCh is closed and replaced whenever the observed leader
 	// changes, waking requests that are waiting for one.
 	leaderChangeMu sync.Mutex
@@ -482,13 +486,18 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		case errors.Is(err, structs.ErrNoLeader):
 			// A follower has nothing to hand over.
 		case errors.Is(err, errNoTransferTarget):
-			s.logger.Info("no other voter to hand leadership to")
+			// Nobody to hand over to, but the calls in flight still
+			// finish and reach their checkpoints before Raft stops.
+			s.logger.Info("no other voter to hand leadership to; draining before shutdown")
+			start := time.Now()
+			s.drainInFlight(ctx, start, s.revokeLeadership())
 		case err != nil:
 			s.logger.Warn("handoff failed; shutting down without it", "error", err)
 		}
-		// Writes held while this leader drained, or forwarded to the next
-		// one, finish there rather than fail with the connection pool.
-		if err == nil {
+		// Writes held while this leader drained, or being forwarded by a
+		// follower, finish at the leader rather than fail with the
+		// connection pool.
+		if err == nil || errors.Is(err, structs.ErrNoLeader) {
 			fctx, cancel := context.WithTimeout(ctx, s.config.RPCHoldTimeout)
 			if n, err := s.forwarding.waitIdle(fctx); err != nil {
 				s.logger.Warn("writes still forwarding at shutdown; they get a retryable error", "writes", n)

@@ -100,6 +100,9 @@ func (s *Server) watchVolumesOnce(ctx context.Context, ws memdb.WatchSet, next m
 		}
 		failed := false
 		for allocID, claim := range v.Claims {
+			if ctx.Err() != nil {
+				return // leadership is ending: start no new release
+			}
 			k := claimKey{v.ID, allocID}
 			if s.claims.has(k) || !s.claimNeedsSettling(ws, claim, now) {
 				continue
