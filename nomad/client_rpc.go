@@ -109,9 +109,11 @@ func (s *Server) recordNodeSession(nodeID string, args interface{ Session() any 
 // clientRPC calls method on the client agent of nodeID, over the session
 // this server holds or through the server that holds it. It returns when
 // the reply arrives or ctx ends. A node no server holds a session for, or
-// whose session breaks mid-call, is an error wrapping
-// structs.ErrNodeNotConnected; the client handler's own error comes back
-// mapped to its sentinel.
+// one whose session cannot take a new call, is an error wrapping
+// structs.ErrNodeNotConnected: the call never reached it. A call cut short
+// once sent (the session or the relaying server lost mid-call, or ctx
+// ending) wraps structs.ErrOutcomeUnknown. The client handler's own error
+// comes back mapped to its sentinel.
 func (s *Server) clientRPC(ctx context.Context, nodeID, method string, args, reply any) error {
 	if session, ok := s.nodeSession(nodeID); ok {
 		return callNodeSession(ctx, session, nodeID, method, args, reply)
@@ -139,6 +141,8 @@ func callNodeSession(ctx context.Context, session *yamux.Session, nodeID, method
 	client := rpc.NewClientWithCodec(structs.NewClientCodec(stream))
 	defer client.Close()
 
+	// From here on the request may have reached the client: a call cut
+	// short has an unknown outcome, not a client that was never reached.
 	call := client.Go(method, args, reply, make(chan *rpc.Call, 1))
 	select {
 	case <-call.Done:
@@ -148,14 +152,14 @@ func callNodeSession(ctx context.Context, session *yamux.Session, nodeID, method
 		_ = stream.SetReadDeadline(time.Now())
 		client.Close()
 		<-call.Done
-		return fmt.Errorf("client rpc %s to node %s: %w", method, nodeID, ctx.Err())
+		return fmt.Errorf("client rpc %s to node %s: %w: %w", method, nodeID, structs.ErrOutcomeUnknown, ctx.Err())
 	}
 	if err := call.Error; err != nil {
 		var serverErr rpc.ServerError
 		if errors.As(err, &serverErr) {
 			return structs.FromRPCError(err)
 		}
-		return fmt.Errorf("%w: node %s: rpc %s: %w", structs.ErrNodeNotConnected, nodeID, method, err)
+		return fmt.Errorf("client rpc %s to node %s: %w: connection lost mid-call: %w", method, nodeID, structs.ErrOutcomeUnknown, err)
 	}
 	return nil
 }
@@ -260,10 +264,11 @@ func (s *Server) forwardClientRPC(ctx context.Context, addr, nodeID, method stri
 	err := s.connPool.RPC(ctx, addr, "ClientRPC.Forward", &req, &resp)
 	switch {
 	case err == nil:
-	case errors.Is(err, errDial), errors.Is(err, errConnLost):
+	case errors.Is(err, errDial):
 		return fmt.Errorf("%w: node %s via server %s: %w", structs.ErrNodeNotConnected, nodeID, addr, err)
-	case ctx.Err() != nil:
-		return fmt.Errorf("client rpc %s to node %s via %s: %w", method, nodeID, addr, err)
+	case errors.Is(err, errConnLost), ctx.Err() != nil:
+		// The relay may have passed the call on before it went.
+		return fmt.Errorf("client rpc %s to node %s via %s: %w: %w", method, nodeID, addr, structs.ErrOutcomeUnknown, err)
 	default:
 		return err
 	}

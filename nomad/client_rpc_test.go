@@ -230,3 +230,44 @@ func TestClientRPC_HasNodeConn(t *testing.T) {
 	err := s.RPC("ClientRPC.Forward", &structs.ClientRPCForwardRequest{NodeID: "nope", Method: "ClientStatus.Ping"}, &fwd)
 	must.ErrorIs(t, err, structs.ErrNodeNotConnected)
 }
+
+// blockingEcho answers only once released, after saying it started.
+type blockingEcho struct {
+	started chan struct{}
+	release chan struct{}
+}
+
+func (e *blockingEcho) Hold(args string, reply *string) error {
+	close(e.started)
+	<-e.release
+	*reply = args
+	return nil
+}
+
+// A call cut short after it reached the client (here: the server relaying
+// it shuts down mid-call) has an unknown outcome: a retryable error, not
+// "not connected", which would send a controller call to the next node
+// while this one may still be running.
+func TestClientRPC_RelayLostMidCallIsOutcomeUnknown(t *testing.T) {
+	servers := testCluster(t, 3)
+	leader := waitForLeaderDuties(t, servers...)
+	relay := followers(servers)[0]
+	c := testAgentClient(t, relay.Addr())
+	svc := &blockingEcho{started: make(chan struct{}), release: make(chan struct{})}
+	must.NoError(t, c.RegisterRPC("Slow", svc))
+	waitNodeSession(t, relay, c.NodeID(), true)
+	t.Cleanup(func() { close(svc.release) })
+
+	done := make(chan error, 1)
+	go func() {
+		var out string
+		done <- leader.clientRPC(testCtx(t), c.NodeID(), "Slow.Hold", "x", &out)
+	}()
+	<-svc.started
+	go func() { _ = relay.Shutdown(context.Background()) }()
+	err := <-done
+	must.ErrorIs(t, err, structs.ErrOutcomeUnknown)
+	must.True(t, structs.IsRetryable(err))
+	must.False(t, errors.Is(err, structs.ErrNodeNotConnected), must.Sprint(err))
+	must.False(t, controllerUnavailable(err), must.Sprint("an unknown outcome must not move on to the next controller"))
+}

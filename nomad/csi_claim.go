@@ -152,6 +152,12 @@ func (s *Server) claimVolume(ctx context.Context, vol *structs.CSIVolume, claim 
 	}
 	if plugin != nil && plugin.ControllerRequired {
 		pc, err := s.controllerPublish(ctx, vol, claim)
+		if errors.Is(err, structs.ErrOutcomeUnknown) {
+			// The publish may still be running at the controller: keep the
+			// reservation, which a retried claim resumes (publish is
+			// idempotent) and the volume watcher settles if nobody does.
+			return nil, err
+		}
 		if err != nil {
 			s.rollbackClaim(vol, claim, err)
 			return nil, err
@@ -346,7 +352,24 @@ func (s *Server) onController(ctx context.Context, pluginID, op string, call fun
 		if err != nil {
 			return err
 		}
-		_, err = callController(ctx, pluginID, candidates, call)
+		if nodeID, ok := lanes.fencedTo(pluginID, time.Now()); ok {
+			if candidates, err = fencedCandidates(pluginID, candidates, nodeID); err != nil {
+				return err
+			}
+		}
+		var tried *structs.Node
+		node, err := callController(ctx, pluginID, candidates, func(ctx context.Context, n *structs.Node) error {
+			tried = n
+			return call(ctx, n)
+		})
+		switch {
+		case errors.Is(err, structs.ErrOutcomeUnknown) && tried != nil:
+			s.logger.Warn("controller call outcome unknown; the plugin's calls stay on its node until one succeeds there",
+				"plugin_id", pluginID, "op", op, "node_id", tried.ID, "error", err)
+			lanes.setFence(pluginID, tried.ID, time.Now().Add(csiCallTimeout))
+		case err == nil && node != nil:
+			lanes.liftFence(pluginID, node.ID)
+		}
 		return err
 	})
 }

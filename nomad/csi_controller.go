@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/roamhq/roam/state"
 	"github.com/roamhq/roam/structs"
@@ -60,6 +61,61 @@ func pluginControllers(store *state.StateStore, pluginID string) ([]*structs.Nod
 		return nil, err
 	}
 	return controllerCandidates(nodes, pluginID), nil
+}
+
+// fence pins a plugin's destructive calls to the node where a call's
+// outcome is unknown (the connection to its client was lost mid-call): that
+// call may still be running there, and only that client's own lane makes
+// the next call wait for it. Another node's controller would reach the
+// storage provider at the same time. The fence lifts when a call on the
+// node succeeds (its client's lane has then finished the earlier one) or
+// when the earlier call must have hit its own deadline.
+type fence struct {
+	nodeID string
+	until  time.Time
+}
+
+// fencedTo returns the node pluginID's calls are pinned to, if any.
+func (l *controllerLanes) fencedTo(pluginID string, now time.Time) (string, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	f, ok := l.fences[pluginID]
+	if !ok {
+		return "", false
+	}
+	if !now.Before(f.until) {
+		delete(l.fences, pluginID)
+		return "", false
+	}
+	return f.nodeID, true
+}
+
+func (l *controllerLanes) setFence(pluginID, nodeID string, until time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.fences[pluginID] = fence{nodeID: nodeID, until: until}
+}
+
+// liftFence lifts pluginID's fence if it pins the plugin to nodeID.
+func (l *controllerLanes) liftFence(pluginID, nodeID string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if f, ok := l.fences[pluginID]; ok && f.nodeID == nodeID {
+		delete(l.fences, pluginID)
+	}
+}
+
+// fencedCandidates narrows candidates to the fenced node. With the node
+// not among them (down, or its controller unhealthy), the call must wait:
+// the error is retryable and says why.
+func fencedCandidates(pluginID string, candidates []*structs.Node, nodeID string) ([]*structs.Node, error) {
+	for _, n := range candidates {
+		if n.ID == nodeID {
+			return []*structs.Node{n}, nil
+		}
+	}
+	return nil, fmt.Errorf("%w: plugin %q: a controller call on node %s may still be running (its outcome is unknown); "+
+		"no other controller is called until it is known finished", structs.ErrClaimInProgress, pluginID, nodeID)
 }
 
 // callController tries call on each candidate in order and returns the node

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/shoenig/test/must"
@@ -314,4 +315,41 @@ func BenchmarkPluginControllers_10000Nodes(b *testing.B) {
 			b.Fatalf("got %d candidates (%v), want %d", len(got), err, healthy)
 		}
 	}
+}
+
+// After a call with an unknown outcome on a node, the plugin's calls stay
+// on that node until one succeeds there or the earlier call's deadline has
+// passed; without that node the caller is told to come back.
+func TestControllerFence(t *testing.T) {
+	l := newControllerLanes(context.Background(), time.Minute, nil)
+	now := time.Unix(1000, 0)
+	_, ok := l.fencedTo(testPlugin, now)
+	must.False(t, ok)
+
+	l.setFence(testPlugin, "b", now.Add(time.Minute))
+	node, ok := l.fencedTo(testPlugin, now)
+	must.True(t, ok)
+	must.Eq(t, "b", node)
+	_, ok = l.fencedTo("other", now)
+	must.False(t, ok, must.Sprint("a fence is per plugin"))
+
+	a, b := &structs.Node{ID: "a"}, &structs.Node{ID: "b"}
+	got, err := fencedCandidates(testPlugin, []*structs.Node{a, b}, "b")
+	must.NoError(t, err)
+	must.Eq(t, []*structs.Node{b}, got)
+	_, err = fencedCandidates(testPlugin, []*structs.Node{a}, "b")
+	must.ErrorIs(t, err, structs.ErrClaimInProgress)
+	must.True(t, structs.IsRetryable(err))
+	must.StrContains(t, err.Error(), "node b")
+
+	l.liftFence(testPlugin, "a")
+	_, ok = l.fencedTo(testPlugin, now)
+	must.True(t, ok, must.Sprint("a success elsewhere does not lift the fence"))
+	l.liftFence(testPlugin, "b")
+	_, ok = l.fencedTo(testPlugin, now)
+	must.False(t, ok)
+
+	l.setFence(testPlugin, "b", now.Add(time.Minute))
+	_, ok = l.fencedTo(testPlugin, now.Add(time.Minute))
+	must.False(t, ok, must.Sprint("the fence lifts at its deadline"))
 }

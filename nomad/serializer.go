@@ -40,6 +40,8 @@ type controllerLanes struct {
 	// replaced) whenever it drops to zero.
 	running int
 	idle    chan struct{}
+	// fences pins a plugin's calls to one node, by plugin ID (see fence).
+	fences map[string]fence
 }
 
 // lane is one plugin's queue. Invariant (under controllerLanes.mu): a lane
@@ -71,6 +73,7 @@ func newControllerLanes(parent context.Context, callTimeout time.Duration, logge
 		callTimeout: callTimeout,
 		logger:      logger.Named("csi_lanes"),
 		lanes:       make(map[string]*lane),
+		fences:      make(map[string]fence),
 	}
 }
 
