@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"reflect"
+	"strings"
 	"sync"
 	"time"
 
@@ -214,7 +216,18 @@ func (m *csiManager) controllerCall(ctx context.Context, pluginID, method string
 		return err
 	}
 	return p.lane.do(ctx, method, m.cfg.ControllerCallTimeout, func(ctx context.Context) error {
-		return fn(ctx, p.client)
+		// A plugin that has stopped (its task is going, and the servers
+		// have not heard yet) is reported as absent, not as an answer: the
+		// call never reached it, so the servers may try the next
+		// controller without two calls meeting at the provider.
+		if _, err := os.Stat(csiSocketPath(p.cfg.Socket)); errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("%w: %q: its socket %s is gone (the plugin stopped)", structs.ErrCSIPluginNotFound, pluginID, p.cfg.Socket)
+		}
+		err := fn(ctx, p.client)
+		if errors.Is(err, structs.ErrCSIUnavailable) && strings.Contains(err.Error(), "Error while dialing") {
+			return fmt.Errorf("%w: %q: could not connect to it: %v", structs.ErrCSIPluginNotFound, pluginID, err)
+		}
+		return err
 	})
 }
 

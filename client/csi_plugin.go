@@ -33,7 +33,7 @@ type csiPluginClient struct {
 // absolute path, or unix:// + path). It does not wait for the plugin: a
 // plugin that is not up yet fails calls with ErrCSIUnavailable.
 func dialCSIPlugin(socket string) (*csiPluginClient, error) {
-	path := strings.TrimPrefix(strings.TrimPrefix(socket, "unix://"), "unix:")
+	path := csiSocketPath(socket)
 	if !filepath.IsAbs(path) {
 		return nil, fmt.Errorf("csi plugin socket %q: path must be absolute", socket)
 	}
@@ -57,6 +57,12 @@ func dialCSIPlugin(socket string) (*csiPluginClient, error) {
 }
 
 func (p *csiPluginClient) close() error { return p.conn.Close() }
+
+// csiSocketPath is the file path of a plugin socket given as a path or a
+// unix:// endpoint.
+func csiSocketPath(socket string) string {
+	return strings.TrimPrefix(strings.TrimPrefix(socket, "unix://"), "unix:")
+}
 
 // csiError translates a plugin call's error into the structs sentinel for
 // its gRPC code, keeping the method and the plugin's message.

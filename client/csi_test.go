@@ -600,3 +600,24 @@ func TestCSIVolumes_RemountNeverReleases(t *testing.T) {
 	must.Eq(t, 1, attempts)
 	must.Eq(t, int64(0), refusedBack.Load())
 }
+
+// A controller call to a plugin that has stopped never reaches it, and says
+// so as an absent plugin (the servers then try the next controller), not
+// as the plugin's answer.
+func TestClientCSI_StoppedPluginIsAbsent(t *testing.T) {
+	dir := t.TempDir()
+	p := testHostpath(t, hostpath.ModeMonolith, "node-s", dir, nil)
+	m := testCSIManager(t, nil)
+	addPlugin(t, m, "hp", CSIPluginTypeMonolith, p)
+	ep := &ClientCSI{mgr: m}
+	vol := createVolume(t, ep, "hp", "stopped")
+
+	must.NoError(t, p.Stop(context.Background()))
+	var resp structs.ClientCSIControllerAttachVolumeResponse
+	err := ep.ControllerAttachVolume(attachRequest("hp", vol, "node-s"), &resp)
+	must.ErrorIs(t, err, structs.ErrCSIPluginNotFound)
+	must.StrContains(t, err.Error(), `"hp"`)
+	calls, err := hostpath.ReadCalls(dir, "node-s")
+	must.NoError(t, err)
+	must.Eq(t, int64(0), calls["ControllerPublishVolume"])
+}
