@@ -76,6 +76,11 @@ type Config struct {
 	// restarts keeps its seat and the quorum size stays as it was.
 	LeaveOnTerminate bool
 
+	// DrainClaimGrace bounds how long, past a drain's deadline, a node's
+	// system allocations (its CSI plugins) wait for the volume claims that
+	// name the node to be released before they are stopped anyway.
+	DrainClaimGrace time.Duration
+
 	// RPCHoldTimeout is how long a request waits for a leader before
 	// failing with ErrNoLeader.
 	RPCHoldTimeout time.Duration
@@ -110,6 +115,7 @@ func DefaultConfig() *Config {
 		FailoverHeartbeatTTL:   20 * time.Second,
 		RPCHoldTimeout:         5 * time.Second,
 		LeaveDrainTimeout:      30 * time.Second,
+		DrainClaimGrace:        time.Minute,
 		RPCMaxFrameBytes:       4 << 20,
 		RPCHandshakeTimeout:    10 * time.Second,
 		Logger:                 hclog.NewNullLogger(),
@@ -180,6 +186,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("config: heartbeat grace = %s, must not be negative", c.HeartbeatGrace)
 	case c.FailoverHeartbeatTTL <= 0:
 		return fmt.Errorf("config: failover heartbeat ttl = %s, must be positive", c.FailoverHeartbeatTTL)
+	case c.DrainClaimGrace < 0:
+		return fmt.Errorf("config: drain claim grace = %s, must not be negative", c.DrainClaimGrace)
 	case c.LeaveDrainTimeout < 0:
 		return fmt.Errorf("config: leave drain timeout = %s, must not be negative", c.LeaveDrainTimeout)
 	case c.RPCHoldTimeout <= 0:

@@ -82,6 +82,7 @@ func (s *Server) drainNode(ws memdb.WatchSet, n *structs.Node) error {
 			c := a.Copy()
 			c.DesiredStatus = structs.AllocDesiredStatusStop
 			c.DesiredDescription = "alloc stopped: node drain reached its deadline"
+			c.ModifyTime = time.Now().UnixNano()
 			t := true
 			c.DesiredTransition.Migrate = &t
 			stop = append(stop, c)
@@ -114,7 +115,7 @@ func (s *Server) drainNode(ws memdb.WatchSet, n *structs.Node) error {
 	// unpublished through them. So they stop only once every other
 	// allocation here is done and no claim of another allocation names
 	// this node; past the deadline, that wait is bounded by
-	// drainClaimGrace, so a claim that cannot be released does not hold
+	// Config.DrainClaimGrace, so a claim that cannot be released does not hold
 	// the drain forever.
 	if len(system) > 0 && remaining == len(system) {
 		own := make(map[string]bool, len(system))
@@ -130,9 +131,9 @@ func (s *Server) drainNode(ws memdb.WatchSet, n *structs.Node) error {
 			for _, a := range system {
 				drain(a)
 			}
-		case force && time.Since(forcedAt(d)) > drainClaimGrace:
+		case force && time.Since(forcedAt(d)) > s.config.DrainClaimGrace:
 			s.logger.Warn("draining node: stopping system allocations although volume claims still name the node",
-				"node_id", n.ID, "volumes", vols, "waited", drainClaimGrace)
+				"node_id", n.ID, "volumes", vols, "waited", s.config.DrainClaimGrace)
 			for _, a := range system {
 				drain(a)
 			}
@@ -164,10 +165,6 @@ func (s *Server) drainNode(ws memdb.WatchSet, n *structs.Node) error {
 	}
 	return nil
 }
-
-// drainClaimGrace bounds how long, past a drain's deadline, the node's
-// system allocations wait for volume claims to be released.
-const drainClaimGrace = time.Minute
 
 // forcedAt is when a drain began forcing: its deadline, or its start for a
 // drain forced from the outset.

@@ -361,10 +361,20 @@ func TestJob_FailedAllocRescheduled(t *testing.T) {
 // last: only once every other allocation there is done and no volume claim
 // of another allocation names the node, since those claims are released
 // through the plugins.
-func TestNode_DrainStopsSystemAllocsLast(t *testing.T) {
-	s := testServer(t, withLongHeartbeats)
+// systemDrainFixture is a server and a node n1 running a system job's
+// allocation (sys, standing for a CSI plugin) and a service allocation
+// (web) whose claim on vol names n1 and cannot be released (n1 has no real
+// client); sys also holds a claim of its own.
+func systemDrainFixture(t *testing.T, fn func(*Config)) (s *Server, n1 *structs.Node, sys, web *structs.Allocation, vol *structs.CSIVolume, claim *structs.CSIVolumeClaim) {
+	t.Helper()
+	s = testServer(t, func(c *Config) {
+		withLongHeartbeats(c)
+		if fn != nil {
+			fn(c)
+		}
+	})
 	waitForLeaderDuties(t, s)
-	n1 := workNode("n1")
+	n1 = workNode("n1")
 	n1.CSINodePlugins = map[string]*structs.CSIInfo{"hostpath": {PluginID: "hostpath", Healthy: true,
 		NodeInfo: &structs.CSINodeInfo{ID: "n1", MaxVolumes: 8}}}
 	registerNodeRetry(t, s, n1)
@@ -373,16 +383,16 @@ func TestNode_DrainStopsSystemAllocsLast(t *testing.T) {
 	plugin.TaskGroups[0].Count = 1
 	registerJob(t, s, plugin)
 	registerJob(t, s, serviceJob("web", 1))
-	sys := waitAllocs(t, s, "plugin", countIs(1))[0]
-	web := waitAllocs(t, s, "web", countIs(1))[0]
+	sys = waitAllocs(t, s, "plugin", countIs(1))[0]
+	web = waitAllocs(t, s, "web", countIs(1))[0]
 	reportStatus(t, s, n1, structs.AllocClientStatusRunning, sys, web)
 
 	// The web allocation holds a claim on a volume of the node's plugin.
-	vol := testVolume("data")
+	vol = testVolume("data")
 	vol.Namespace = structs.DefaultNamespace
 	_, _, err := s.raftApply(structs.CSIVolumeRegisterRequestType, &structs.CSIVolumeRegisterRequest{Volumes: []*structs.CSIVolume{vol}})
 	must.NoError(t, err)
-	claim := &structs.CSIVolumeClaim{AllocationID: web.ID, NodeID: n1.ID, ExternalNodeID: "n1",
+	claim = &structs.CSIVolumeClaim{AllocationID: web.ID, NodeID: n1.ID, ExternalNodeID: "n1",
 		Mode: structs.CSIVolumeClaimWrite, AccessMode: structs.CSIAccessModeSingleNodeWriter,
 		AttachmentMode: structs.CSIAttachmentModeFilesystem, State: structs.CSIVolumeClaimStateTaken}
 	must.NoError(t, s.checkpointClaim(vol.ID, claim))
@@ -395,6 +405,12 @@ func TestNode_DrainStopsSystemAllocsLast(t *testing.T) {
 	ownClaim := *claim
 	ownClaim.AllocationID = sys.ID
 	must.NoError(t, s.checkpointClaim(own.ID, &ownClaim))
+
+	return s, n1, sys, web, vol, claim
+}
+
+func TestNode_DrainStopsSystemAllocsLast(t *testing.T) {
+	s, n1, sys, web, vol, claim := systemDrainFixture(t, nil)
 
 	var dresp structs.NodeDrainUpdateResponse
 	must.NoError(t, s.RPC("Node.UpdateDrain", &structs.NodeUpdateDrainRequest{
@@ -446,4 +462,50 @@ func TestNode_DrainStopsSystemAllocsLast(t *testing.T) {
 		}
 		return nil
 	}), wait.Timeout(10*time.Second), wait.Gap(20*time.Millisecond)))
+}
+
+// Past a drain's deadline, a claim that cannot be released holds the
+// node's system allocations back for DrainClaimGrace only.
+func TestNode_ForcedDrainStopsSystemAllocsAfterClaimGrace(t *testing.T) {
+	s, n1, sys, web, _, _ := systemDrainFixture(t, func(c *Config) { c.DrainClaimGrace = 300 * time.Millisecond })
+	var dresp structs.NodeDrainUpdateResponse
+	must.NoError(t, s.RPC("Node.UpdateDrain", &structs.NodeUpdateDrainRequest{
+		NodeID: n1.ID, DrainStrategy: &structs.DrainStrategy{DrainSpec: structs.DrainSpec{Deadline: -1}},
+	}, &dresp))
+	must.Wait(t, wait.InitialSuccess(wait.ErrorFunc(func() error {
+		got, err := s.State().AllocByID(nil, web.ID)
+		if err != nil {
+			return err
+		}
+		if got.DesiredStatus != structs.AllocDesiredStatusStop {
+			return fmt.Errorf("web alloc desired %s", got.DesiredStatus)
+		}
+		if !got.ClientTerminalStatus() {
+			reportStatus(t, s, n1, structs.AllocClientStatusComplete, got)
+		}
+		return nil
+	}), wait.Timeout(10*time.Second), wait.Gap(20*time.Millisecond)))
+
+	// The web claim cannot be released (n1 has no client to detach it), so
+	// the plugin stays until the grace is over, then goes.
+	must.Wait(t, wait.InitialSuccess(wait.ErrorFunc(func() error {
+		got, err := s.State().AllocByID(nil, sys.ID)
+		if err != nil {
+			return err
+		}
+		if got.DesiredStatus != structs.AllocDesiredStatusStop {
+			return fmt.Errorf("plugin alloc desired %s", got.DesiredStatus)
+		}
+		return nil
+	}), wait.Timeout(10*time.Second), wait.Gap(20*time.Millisecond)))
+	vols, err := nodeClaims(s.State(), nil, n1.ID, map[string]bool{sys.ID: true})
+	must.NoError(t, err)
+	must.Eq(t, []string{"data"}, vols, must.Sprint("the plugin went although a claim still named the node"))
+	node, err := s.State().NodeByID(nil, n1.ID)
+	must.NoError(t, err)
+	got, err := s.State().AllocByID(nil, sys.ID)
+	must.NoError(t, err)
+	stoppedAfter := time.Unix(0, got.ModifyTime).Sub(node.DrainStrategy.StartedAt)
+	must.True(t, stoppedAfter >= 300*time.Millisecond,
+		must.Sprintf("the plugin was stopped %s into the drain, before the claim grace was over", stoppedAfter))
 }
