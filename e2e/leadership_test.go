@@ -406,7 +406,10 @@ func pollCtx(abort context.Context, timeout time.Duration, cond func() error) er
 		case time.Now().After(deadline):
 			return err
 		}
-		time.Sleep(pollGap) // the gap between two polls, not a wait for an event
+		select {
+		case <-abort.Done():
+		case <-time.After(pollGap):
+		}
 	}
 }
 
@@ -522,8 +525,14 @@ func readClaims(cc *csiCluster, id string) (*volumeClaims, error) {
 // its claim acknowledged) before a volume read, still meant to run after
 // it, and yet had no taken claim in it.
 func watchClaims(ctx context.Context, cc *csiCluster, churns []*churn) (samples int, lost []string) {
-	for ctx.Err() == nil {
-		time.Sleep(pollGap) // the gap between two samples, not a wait for an event
+	tick := time.NewTicker(pollGap)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return samples, lost
+		case <-tick.C:
+		}
 		for _, ch := range churns {
 			jobs := ch.jobList()
 			first := make(map[string]*Alloc)
@@ -576,7 +585,6 @@ func watchClaims(ctx context.Context, cc *csiCluster, churns []*churn) (samples 
 			}
 		}
 	}
-	return samples, lost
 }
 
 // TestLeadership_RollingRestarts keeps two plugins' volumes being claimed
