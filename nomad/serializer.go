@@ -36,10 +36,10 @@ type controllerLanes struct {
 	// lanes holds only lanes that are busy; an idle lane is deleted, so the
 	// map does not grow with every plugin ever seen.
 	lanes map[string]*lane
-	// running counts calls whose fn has not returned; idle is closed (and
-	// replaced) whenever it drops to zero.
-	running int
-	idle    chan struct{}
+	// running counts calls whose fn has not returned. It is added to under
+	// mu, together with the grant of a lane, so no call starts unseen
+	// after the parent has ended.
+	running inFlight
 	// fences pins a plugin's calls to one node, by plugin ID (see fence).
 	fences map[string]fence
 }
@@ -96,15 +96,7 @@ func (l *controllerLanes) Do(ctx context.Context, pluginID string, op string, fn
 		return err
 	}
 	// wait counted the call as running.
-	defer func() {
-		l.mu.Lock()
-		l.running--
-		if l.running == 0 && l.idle != nil {
-			close(l.idle)
-			l.idle = nil
-		}
-		l.mu.Unlock()
-	}()
+	defer l.running.done()
 
 	callCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.callTimeout)
 	defer cancel()
@@ -129,23 +121,7 @@ func (l *controllerLanes) Do(ctx context.Context, pluginID string, op string, fn
 // starts, so this is how a departing leader lets in-flight controller
 // calls finish.
 func (l *controllerLanes) waitIdle(ctx context.Context) (int, error) {
-	l.mu.Lock()
-	n := l.running
-	if n == 0 {
-		l.mu.Unlock()
-		return 0, nil
-	}
-	if l.idle == nil {
-		l.idle = make(chan struct{})
-	}
-	idle := l.idle
-	l.mu.Unlock()
-	select {
-	case <-idle:
-		return n, nil
-	case <-ctx.Done():
-		return n, ctx.Err()
-	}
+	return l.running.waitIdle(ctx)
 }
 
 // Depth is the number of callers waiting in pluginID's lane, not counting
@@ -180,7 +156,7 @@ func (l *controllerLanes) wait(ctx context.Context, pluginID, op string) error {
 	ln, busy := l.lanes[pluginID]
 	if !busy {
 		l.lanes[pluginID] = &lane{}
-		l.running++
+		l.running.add()
 		l.mu.Unlock()
 		metrics.MeasureSinceWithLabels([]string{"csi", "lane", "wait"}, start, pluginLabels(pluginID))
 		return nil
@@ -202,7 +178,7 @@ func (l *controllerLanes) wait(ctx context.Context, pluginID, op string) error {
 			l.mu.Unlock()
 			return l.noLeader(pluginID, op, err)
 		}
-		l.running++
+		l.running.add()
 		l.mu.Unlock()
 		metrics.MeasureSinceWithLabels([]string{"csi", "lane", "wait"}, start, pluginLabels(pluginID))
 		l.logger.Debug("lane acquired", "plugin_id", pluginID, "op", op, "waited", time.Since(start))
