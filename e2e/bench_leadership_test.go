@@ -311,21 +311,6 @@ func waitWhole(b *testing.B, c *Cluster, notLeader int) {
 	}
 }
 
-// pollEvery is poll with its own gap between checks.
-func pollEvery(timeout, gap time.Duration, cond func() error) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		err := cond()
-		if err == nil {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return err
-		}
-		time.Sleep(gap) // the gap between two polls, not a wait for an event
-	}
-}
-
 // reportLeaderlessGap reports the percentiles as benchmark metrics and logs
 // a summary table.
 func reportLeaderlessGap(b *testing.B, samples []handoffSample) {

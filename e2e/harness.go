@@ -197,6 +197,11 @@ func WaitFor(t testing.TB, timeout time.Duration, cond func() error) {
 
 // poll is WaitFor returning the error instead of failing.
 func poll(timeout time.Duration, cond func() error) error {
+	return pollEvery(timeout, pollGap, cond)
+}
+
+// pollEvery is poll with its own gap between checks.
+func pollEvery(timeout, gap time.Duration, cond func() error) error {
 	deadline := time.Now().Add(timeout)
 	for {
 		err := cond()
@@ -206,7 +211,7 @@ func poll(timeout time.Duration, cond func() error) error {
 		if time.Now().After(deadline) {
 			return err
 		}
-		time.Sleep(pollGap) // the gap between two polls, not a wait for an event
+		time.Sleep(gap) // the gap between two polls, not a wait for an event
 	}
 }
 
