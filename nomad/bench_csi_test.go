@@ -174,7 +174,7 @@ func newClaimBench(tb testing.TB, plugins int, latency time.Duration) *claimBenc
 	return cb
 }
 
-func (cb *claimBench) claim(volID, allocID, state string) error {
+func (cb *claimBench) claim(volID, allocID string, state structs.CSIClaimState) error {
 	var resp structs.CSIVolumeClaimResponse
 	return cb.leader.RPC("CSIVolume.Claim", &structs.CSIVolumeClaimRequest{
 		VolumeID: volID, AllocationID: allocID, Mode: structs.CSIVolumeClaimWrite,

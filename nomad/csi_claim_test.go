@@ -123,7 +123,7 @@ func (f *csiFixture) alloc(t *testing.T, nodeID string) *structs.Allocation {
 	return a
 }
 
-func (f *csiFixture) claim(volID, allocID, state, token string) (*structs.CSIVolumeClaimResponse, error) {
+func (f *csiFixture) claim(volID, allocID string, state structs.CSIClaimState, token string) (*structs.CSIVolumeClaimResponse, error) {
 	var resp structs.CSIVolumeClaimResponse
 	err := f.srv.RPC("CSIVolume.Claim", &structs.CSIVolumeClaimRequest{
 		VolumeID: volID, AllocationID: allocID, Mode: structs.CSIVolumeClaimWrite,
@@ -271,7 +271,7 @@ func TestCSIVolume_ClaimReleasesStaleClaimInTheWay(t *testing.T) {
 // state, and only the controller calls still owed are made.
 func TestCSIVolume_ClaimCheckpointsResume(t *testing.T) {
 	cases := []struct {
-		state string
+		state structs.CSIClaimState
 		// Controller calls owed from this state.
 		wantPublish, wantUnpublish int64
 		claimFirst                 bool // resume a claim (else a release)
@@ -292,7 +292,7 @@ func TestCSIVolume_ClaimCheckpointsResume(t *testing.T) {
 	}
 	// retry sends a claim change as a client would: again on retryable
 	// answers (the volume watcher may be finishing the same walk).
-	retry := func(t *testing.T, volID, allocID, state string) {
+	retry := func(t *testing.T, volID, allocID string, state structs.CSIClaimState) {
 		must.Wait(t, wait.InitialSuccess(wait.ErrorFunc(func() error {
 			_, err := f.claim(volID, allocID, state, f.nodeB.SecretID)
 			if err != nil && !structs.IsRetryable(err) {
@@ -302,7 +302,7 @@ func TestCSIVolume_ClaimCheckpointsResume(t *testing.T) {
 		}), wait.Timeout(10*time.Second), wait.Gap(20*time.Millisecond)))
 	}
 	for i, tc := range cases {
-		t.Run(tc.state, func(t *testing.T) {
+		t.Run(string(tc.state), func(t *testing.T) {
 			vol := vols[i]
 			a := f.alloc(t, f.nodeB.ID)
 			before, err := hostpath.ReadCalls(f.stateDir, "node-a")

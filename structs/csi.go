@@ -32,14 +32,26 @@ const (
 //	publishing → taken → unpublishing → node-detached → controller-detached → freed
 //
 // A claim in publishing holds capacity but has no confirmed controller
-// publish; a failed publish removes it.
+// publish; a failed publish removes it. The next step from each state is
+// decided in one place, nomad/csiclaim.
+type CSIClaimState string
+
+// The claim states, in order. CSIVolumeClaimStateFreed is the empty state
+// a checkpoint writes to remove the claim.
 const (
-	CSIVolumeClaimStatePublishing         = "publishing"
-	CSIVolumeClaimStateTaken              = "taken"
-	CSIVolumeClaimStateUnpublishing       = "unpublishing"
-	CSIVolumeClaimStateNodeDetached       = "node-detached"
-	CSIVolumeClaimStateControllerDetached = "controller-detached"
+	CSIVolumeClaimStateFreed              CSIClaimState = ""
+	CSIVolumeClaimStatePublishing         CSIClaimState = "publishing"
+	CSIVolumeClaimStateTaken              CSIClaimState = "taken"
+	CSIVolumeClaimStateUnpublishing       CSIClaimState = "unpublishing"
+	CSIVolumeClaimStateNodeDetached       CSIClaimState = "node-detached"
+	CSIVolumeClaimStateControllerDetached CSIClaimState = "controller-detached"
 )
+
+// CSIClaimStates lists every state a stored claim can be in.
+var CSIClaimStates = []CSIClaimState{
+	CSIVolumeClaimStatePublishing, CSIVolumeClaimStateTaken, CSIVolumeClaimStateUnpublishing,
+	CSIVolumeClaimStateNodeDetached, CSIVolumeClaimStateControllerDetached,
+}
 
 // ErrCSIMaxClaims means a volume has no room for another claim in the
 // requested mode.
@@ -86,7 +98,7 @@ type CSIVolumeClaim struct {
 	Mode           string // read or write
 	AccessMode     string
 	AttachmentMode string
-	State          string
+	State          CSIClaimState
 	// PublishContext is what the controller publish returned; the node
 	// plugin needs it to stage and publish.
 	PublishContext map[string]string

@@ -130,7 +130,7 @@ type CSIVolumeClaimRequest struct {
 	AttachmentMode string
 	// State is CSIVolumeClaimStateTaken to claim, or
 	// CSIVolumeClaimStateUnpublishing to release.
-	State string
+	State CSIClaimState
 	WriteRequest
 }
 

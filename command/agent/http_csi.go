@@ -280,7 +280,7 @@ func newCSIVolumeView(v *structs.CSIVolume, p *structs.CSIPlugin) *csiVolumeView
 		out.Claims = append(out.Claims, &csiClaimJSON{
 			AllocationID: c.AllocationID, NodeID: c.NodeID, ExternalNodeID: c.ExternalNodeID,
 			Mode: c.Mode, AccessMode: c.AccessMode, AttachmentMode: c.AttachmentMode,
-			State: c.State, UpdatedAt: c.UpdatedAt,
+			State: string(c.State), UpdatedAt: c.UpdatedAt,
 		})
 	}
 	sort.Slice(out.Claims, func(i, j int) bool { return out.Claims[i].AllocationID < out.Claims[j].AllocationID })
