@@ -41,6 +41,11 @@ var (
 	// while a server restarts). It may pass; whether to wait is the
 	// caller's choice.
 	ErrCSIControllerUnavailable = errors.New("csi controller unavailable")
+
+	// ErrCSIClaimInUse means a claim cannot be released yet: its
+	// allocation's tasks may still be using the volume (the client has not
+	// reported the allocation terminal, and its node is up).
+	ErrCSIClaimInUse = errors.New("volume claim still in use by its allocation")
 )
 
 // csiErrors are the CSI sentinels FromRPCError recognises. They come before
@@ -48,7 +53,7 @@ var (
 // ErrCSIControllerUnavailable comes first: its message quotes the last
 // candidate's error, which may name another sentinel.
 var csiErrors = []error{
-	ErrCSIControllerUnavailable,
+	ErrCSIControllerUnavailable, ErrCSIClaimInUse,
 	ErrCSIPluginNotFound, ErrCSIInvalidArgument, ErrCSINotFound, ErrCSIFailedPrecondition,
 	ErrCSIResourceExhausted, ErrCSIAlreadyExists, ErrCSIUnimplemented, ErrCSIUnavailable, ErrCSIInternal,
 }
