@@ -81,6 +81,11 @@ type Config struct {
 	// name the node to be released before they are stopped anyway.
 	DrainClaimGrace time.Duration
 
+	// CSINodeDetachTimeout bounds one ClientCSI.NodeDetachVolume call the
+	// leader makes while releasing a claim, so a hung node plugin holds up
+	// only its own volume's release, which is retried later.
+	CSINodeDetachTimeout time.Duration
+
 	// RPCHoldTimeout is how long a request waits for a leader before
 	// failing with ErrNoLeader.
 	RPCHoldTimeout time.Duration
@@ -116,6 +121,7 @@ func DefaultConfig() *Config {
 		RPCHoldTimeout:         5 * time.Second,
 		LeaveDrainTimeout:      30 * time.Second,
 		DrainClaimGrace:        time.Minute,
+		CSINodeDetachTimeout:   time.Minute,
 		RPCMaxFrameBytes:       4 << 20,
 		RPCHandshakeTimeout:    10 * time.Second,
 		Logger:                 hclog.NewNullLogger(),
@@ -190,6 +196,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("config: drain claim grace = %s, must not be negative", c.DrainClaimGrace)
 	case c.LeaveDrainTimeout < 0:
 		return fmt.Errorf("config: leave drain timeout = %s, must not be negative", c.LeaveDrainTimeout)
+	case c.CSINodeDetachTimeout <= 0:
+		return fmt.Errorf("config: csi node detach timeout = %s, must be positive", c.CSINodeDetachTimeout)
 	case c.RPCHoldTimeout <= 0:
 		return fmt.Errorf("config: rpc hold timeout = %s, must be positive", c.RPCHoldTimeout)
 	case c.RPCMaxFrameBytes < 1024:

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/roamhq/roam/nomad/csiclaim"
 	"github.com/roamhq/roam/structs"
 )
 
@@ -56,9 +57,6 @@ func (c *CSIVolume) Claim(args *structs.CSIVolumeClaimRequest, reply *structs.CS
 
 	switch args.State {
 	case structs.CSIVolumeClaimStateTaken:
-		if alloc.TerminalStatus() {
-			return fmt.Errorf("%w: allocation %s is terminal and may not claim volumes", structs.ErrInvalidRequest, alloc.ID)
-		}
 		claim := &structs.CSIVolumeClaim{
 			AllocationID: alloc.ID, NodeID: node.ID, Mode: args.Mode,
 			AccessMode: args.AccessMode, AttachmentMode: args.AttachmentMode,
@@ -87,98 +85,97 @@ func (c *CSIVolume) Claim(args *structs.CSIVolumeClaimRequest, reply *structs.CS
 }
 
 // checkpointClaim writes one claim transition through Raft. An empty State
-// frees the claim.
+// frees the claim, which may let a blocked evaluation place.
 func (s *Server) checkpointClaim(volID string, claim *structs.CSIVolumeClaim) error {
 	c := *claim
 	c.UpdatedAt = time.Now().UnixNano()
 	_, _, err := s.raftApply(structs.CSIVolumeClaimRequestType, &structs.CSIVolumeClaimUpdateRequest{
 		Namespace: structs.DefaultNamespace, VolumeID: volID, Claim: &c,
 	})
+	if err == nil && c.State == structs.CSIVolumeClaimStateFreed {
+		s.broker.unblock()
+	}
 	return err
 }
 
-// claimVolume reserves the claim (publishing), publishes at a controller
-// through the plugin's lane when the plugin has one, and marks it taken.
-// A failed publish is rolled back: the controller is told to unpublish
-// (the publish may have happened even if its answer was lost) and the
-// reservation is freed, so a failure never leaves a volume stuck.
+// claimVolume admits a new claim beside the volume's others, then walks it
+// to taken: reserved (publishing), published at a controller through the
+// plugin's lane when the plugin needs it, taken. A publish the plugin
+// refuses is rolled back, so a failure never leaves a volume stuck; one
+// whose outcome is unknown keeps the reservation for a retried claim (the
+// publish is idempotent) or the volume watcher.
 func (s *Server) claimVolume(ctx context.Context, vol *structs.CSIVolume, claim *structs.CSIVolumeClaim) (map[string]string, error) {
-	if existing := vol.Claims[claim.AllocationID]; existing != nil {
-		switch existing.State {
-		case structs.CSIVolumeClaimStateTaken:
-			return existing.PublishContext, nil // a retried claim: already done
-		case structs.CSIVolumeClaimStatePublishing:
-			// Resumed below: publish is idempotent for the same node.
-		default:
-			return nil, fmt.Errorf("%w: allocation %s's claim on %s is being released (%s)",
-				structs.ErrInvalidRequest, claim.AllocationID, vol.ID, existing.State)
-		}
-	}
-	if err := vol.CanClaim(claim); err != nil {
-		if !errors.Is(err, structs.ErrCSIMaxClaims) {
+	w := claimWalk{goal: csiclaim.GoalClaim, volID: vol.ID, allocID: claim.AllocationID, want: claim}
+	if vol.Claims[claim.AllocationID] == nil {
+		// Ask the core first: a claim it refuses (a terminal allocation)
+		// must not release anyone else's stale claim on its way in.
+		in, _, err := s.claimInput(w)
+		if err != nil {
 			return nil, err
 		}
-		// The claims in the way may belong to allocations that are
-		// already over (the one this alloc replaces, on a lost node):
-		// release those now instead of failing the replacement until the
-		// volume watcher gets to them.
-		settled, busy, serr := s.settleStaleClaims(ctx, vol, claim.AllocationID)
-		if serr != nil {
-			// The stale claim could not be released yet (say its node is
-			// alive but unreachable): the caller may come back, and will
-			// get in once the claim is released or the node is down.
-			return nil, fmt.Errorf("%w: volume %s: releasing a stale claim: %v", structs.ErrClaimInProgress, vol.ID, serr)
+		if step := csiclaim.Next(in); step.Action == csiclaim.ActionFail {
+			return nil, claimStepError(w, step, nil)
 		}
-		if err := settled.CanClaim(claim); err != nil {
-			if busy {
-				// A stale claim in the way is being released right now
-				// (by the volume watcher): ask the caller to come back.
-				return nil, fmt.Errorf("%w: volume %s: a stale claim is being released", structs.ErrClaimInProgress, vol.ID)
-			}
+		if err := s.admitClaim(ctx, vol, claim); err != nil {
 			return nil, err
 		}
-		vol = settled
 	}
-	claim.State = structs.CSIVolumeClaimStatePublishing
-	// The FSM checks admission again at apply time, so two claims racing
-	// for a single-writer volume cannot both be reserved.
-	if err := s.checkpointClaim(vol.ID, claim); err != nil {
-		return nil, err
-	}
-
-	plugin, err := s.State().CSIPluginByID(nil, vol.PluginID)
+	c, err := s.walkClaim(ctx, w)
 	if err != nil {
 		return nil, err
 	}
-	if plugin != nil && plugin.ControllerRequired {
-		pc, err := s.controllerPublish(ctx, vol, claim)
-		if errors.Is(err, structs.ErrOutcomeUnknown) {
-			// The publish may still be running at the controller: keep the
-			// reservation, which a retried claim resumes (publish is
-			// idempotent) and the volume watcher settles if nobody does.
-			return nil, err
-		}
-		if err != nil {
-			s.rollbackClaim(vol, claim, err)
-			return nil, err
-		}
-		claim.PublishContext = pc
-	}
-	claim.State = structs.CSIVolumeClaimStateTaken
-	if err := s.checkpointClaim(vol.ID, claim); err != nil {
-		return nil, err
-	}
-	return claim.PublishContext, nil
+	return c.PublishContext, nil
 }
 
-// settleStaleClaims releases the volume's claims whose allocation is
-// terminal or gone or whose node is down, and returns the volume as it is
-// afterwards. busy reports a stale claim it left alone because the leader
-// is already releasing it.
+// admitClaim checks that a new claim fits the volume. Claims in the way
+// whose allocations are over (the one this allocation replaces, on a lost
+// node) are released first, instead of failing the replacement until the
+// volume watcher gets to them. The FSM checks admission again when the
+// reservation is applied, so two claims racing for a single-writer volume
+// cannot both get in.
+func (s *Server) admitClaim(ctx context.Context, vol *structs.CSIVolume, claim *structs.CSIVolumeClaim) error {
+	err := vol.CanClaim(claim)
+	if err == nil || !errors.Is(err, structs.ErrCSIMaxClaims) {
+		return err
+	}
+	settled, busy, serr := s.settleStaleClaims(ctx, vol, claim.AllocationID)
+	if serr != nil {
+		// The stale claim could not be released yet (say its node is
+		// alive but unreachable): the caller may come back, and will get
+		// in once the claim is released or the node is down.
+		return fmt.Errorf("%w: volume %s: releasing a stale claim: %w", structs.ErrClaimInProgress, vol.ID, serr)
+	}
+	if err := settled.CanClaim(claim); err != nil {
+		if busy {
+			// A stale claim in the way is being released right now (by
+			// the volume watcher): ask the caller to come back.
+			return fmt.Errorf("%w: volume %s: a stale claim is being released", structs.ErrClaimInProgress, vol.ID)
+		}
+		return err
+	}
+	return nil
+}
+
+// settleStaleClaims releases the volume's claims that csiclaim.Releasable
+// allows (their allocation's tasks are gone) and returns the volume as it
+// is afterwards. busy reports a releasable claim it left alone because the
+// leader is already working on it.
 func (s *Server) settleStaleClaims(ctx context.Context, vol *structs.CSIVolume, except string) (_ *structs.CSIVolume, busy bool, _ error) {
 	now := time.Now()
+	store := s.State()
 	for allocID, other := range vol.Claims {
-		if allocID == except || !s.claimStale(other) {
+		if allocID == except {
+			continue
+		}
+		alloc, err := store.AllocByID(nil, allocID)
+		if err != nil {
+			return nil, busy, err
+		}
+		node, err := store.NodeByID(nil, other.NodeID)
+		if err != nil {
+			return nil, busy, err
+		}
+		if !csiclaim.Releasable(alloc, node) {
 			continue
 		}
 		k := claimKey{vol.ID, allocID}
@@ -186,7 +183,7 @@ func (s *Server) settleStaleClaims(ctx context.Context, vol *structs.CSIVolume, 
 			busy = true
 			continue
 		}
-		err := s.releaseClaim(ctx, vol.ID, allocID, false)
+		err = s.releaseClaim(ctx, vol.ID, allocID, false)
 		s.claims.done(k)
 		if err != nil {
 			return nil, busy, err
@@ -194,7 +191,7 @@ func (s *Server) settleStaleClaims(ctx context.Context, vol *structs.CSIVolume, 
 		s.logger.Info("released a stale claim for a new one", "volume_id", vol.ID, "stale_alloc_id", allocID,
 			"took", time.Since(now))
 	}
-	latest, err := s.State().CSIVolumeByID(nil, structs.DefaultNamespace, vol.ID)
+	latest, err := store.CSIVolumeByID(nil, structs.DefaultNamespace, vol.ID)
 	if err != nil {
 		return nil, busy, err
 	}
@@ -204,96 +201,176 @@ func (s *Server) settleStaleClaims(ctx context.Context, vol *structs.CSIVolume, 
 	return latest, busy, nil
 }
 
-// rollbackClaim undoes a reservation whose publish failed. If the undo
-// itself fails, the claim stays in publishing and the volume watcher
-// settles it.
-func (s *Server) rollbackClaim(vol *structs.CSIVolume, claim *structs.CSIVolumeClaim, cause error) {
-	if structs.IsRetryable(cause) {
-		return // leadership is moving: the next leader's watcher settles it
-	}
-	ctx, cancel := context.WithTimeout(s.shutdownCtx, csiCallTimeout)
-	defer cancel()
-	if err := s.controllerUnpublish(ctx, vol, claim); err != nil {
-		s.logger.Warn("rollback of failed publish could not unpublish; the volume watcher will retry",
-			"volume_id", vol.ID, "alloc_id", claim.AllocationID, "error", err)
-		return
-	}
-	free := *claim
-	free.State = ""
-	if err := s.checkpointClaim(vol.ID, &free); err != nil {
-		s.logger.Warn("rollback of failed publish could not free the claim", "volume_id", vol.ID, "error", err)
-	}
+// releaseClaim walks a claim down to freed: unpublishing, node-detached
+// (the node plugin unpublished and unstaged; skipped when nodeReleased or
+// the node is gone or down), controller-detached, then freed. It starts
+// only once csiclaim.Releasable allows (or the claim's own node asked,
+// nodeReleased); until then it fails with structs.ErrCSIClaimInUse and
+// changes nothing. Every step is a checkpoint; a call that fails leaves
+// the claim where it got to. The caller holds the claim's in-flight key.
+func (s *Server) releaseClaim(ctx context.Context, volID, allocID string, nodeReleased bool) error {
+	_, err := s.walkClaim(ctx, claimWalk{goal: csiclaim.GoalRelease, volID: volID, allocID: allocID, nodeReleased: nodeReleased})
+	return err
 }
 
-// releaseClaim walks a claim down to freed: unpublishing, node-detached
-// (the node plugin unpublished and unstaged; skipped when nodeDone or the
-// node is gone or down), controller-detached, then freed. Every step is a
-// checkpoint; a call that fails leaves the claim where it got to.
-func (s *Server) releaseClaim(ctx context.Context, volID, allocID string, nodeDone bool) error {
-	vol, err := s.State().CSIVolumeByID(nil, structs.DefaultNamespace, volID)
-	if err != nil {
-		return err
-	}
-	if vol == nil {
-		return fmt.Errorf("%w: volume %q", structs.ErrNotFound, volID)
-	}
-	claim := vol.Claims[allocID]
-	if claim == nil {
-		return nil // already freed: releasing is idempotent
-	}
-	c := *claim
-	if c.State == structs.CSIVolumeClaimStateTaken || c.State == structs.CSIVolumeClaimStatePublishing {
-		c.State = structs.CSIVolumeClaimStateUnpublishing
-		if err := s.checkpointClaim(volID, &c); err != nil {
-			return err
+// claimWalk is one walk of a claim towards its goal.
+type claimWalk struct {
+	goal    csiclaim.Goal
+	volID   string
+	allocID string
+	// want is the claim asked for (GoalClaim): node, modes.
+	want *structs.CSIVolumeClaim
+	// nodeReleased: the claim's node unpublished the volume itself.
+	nodeReleased bool
+}
+
+// maxClaimSteps bounds one walk; the longest (a claim whose publish is
+// refused, rolled back) takes about a dozen steps.
+const maxClaimSteps = 32
+
+// walkClaim carries out csiclaim.Next's steps for one claim until the goal
+// is reached, the claim must wait, or a step fails. It returns the claim
+// as last stored (nil once freed). State is read afresh at every step, so
+// the walk resumes from any checkpoint: this leader's, or a previous
+// leader's.
+func (s *Server) walkClaim(ctx context.Context, w claimWalk) (*structs.CSIVolumeClaim, error) {
+	var (
+		last       csiclaim.Outcome
+		lastErr    error
+		publishCtx map[string]string
+	)
+	for range maxClaimSteps {
+		in, vol, err := s.claimInput(w)
+		if err != nil {
+			return nil, err
 		}
-	}
-	if c.State == structs.CSIVolumeClaimStateUnpublishing {
-		if !nodeDone {
-			if err := s.nodeDetach(ctx, vol, &c); err != nil {
-				return err
+		in.Last = last
+		step := csiclaim.Next(in)
+		s.logger.Trace("claim step", "volume_id", w.volID, "alloc_id", w.allocID, "goal", w.goal,
+			"step", step, "reason", step.Reason)
+		switch step.Action {
+		case csiclaim.ActionDone:
+			return in.Claim, nil
+		case csiclaim.ActionWait:
+			return in.Claim, fmt.Errorf("%w: volume %s: %s", step.Err, w.volID, step.Reason)
+		case csiclaim.ActionFail:
+			return in.Claim, claimStepError(w, step, lastErr)
+		case csiclaim.ActionRollback:
+			// The node never got the volume: release as if it had let go.
+			if err := s.releaseClaim(ctx, w.volID, w.allocID, true); err != nil {
+				s.logger.Warn("rollback of a refused publish stopped part way; the volume watcher will finish it",
+					"volume_id", w.volID, "alloc_id", w.allocID, "error", err)
+			}
+			return nil, claimStepError(w, step, lastErr)
+		case csiclaim.ActionCheckpoint:
+			c := in.Claim
+			if c == nil {
+				c = w.want
+			}
+			next := *c
+			next.State = step.State
+			if step.State == structs.CSIVolumeClaimStateTaken && publishCtx != nil {
+				next.PublishContext = publishCtx
+			}
+			if err := s.checkpointClaim(w.volID, &next); err != nil {
+				return in.Claim, err
+			}
+			last, lastErr = csiclaim.Outcome{}, nil
+		case csiclaim.ActionCall:
+			err := s.claimCall(ctx, step.Call, vol, in.Claim, &publishCtx)
+			last, lastErr = csiclaim.Outcome{Call: step.Call, Result: csiclaim.Classify(step.Call, err)}, err
+			if err != nil {
+				s.logger.Debug("claim call failed", "volume_id", w.volID, "alloc_id", w.allocID,
+					"call", step.Call, "result", last.Result, "error", err)
 			}
 		}
-		c.State = structs.CSIVolumeClaimStateNodeDetached
-		if err := s.checkpointClaim(volID, &c); err != nil {
-			return err
+	}
+	// A broken invariant of the core, but not worth a server: report it.
+	s.logger.Error("claim walk did not settle; the core is looping", "volume_id", w.volID, "alloc_id", w.allocID,
+		"steps", maxClaimSteps)
+	return nil, fmt.Errorf("claim walk of volume %s, allocation %s did not settle in %d steps", w.volID, w.allocID, maxClaimSteps)
+}
+
+// claimStepError is the error a failed step reports: the sentinel the core
+// named, the last call's own error, or both.
+func claimStepError(w claimWalk, step csiclaim.Step, callErr error) error {
+	switch {
+	case callErr != nil && step.Err != nil:
+		return fmt.Errorf("%w: volume %s, allocation %s: %s: %w", step.Err, w.volID, w.allocID, step.Reason, callErr)
+	case callErr != nil:
+		return fmt.Errorf("volume %s, allocation %s: %s: %w", w.volID, w.allocID, step.Reason, callErr)
+	case step.Err != nil:
+		return fmt.Errorf("%w: volume %s, allocation %s: %s", step.Err, w.volID, w.allocID, step.Reason)
+	}
+	return fmt.Errorf("volume %s, allocation %s: %s", w.volID, w.allocID, step.Reason)
+}
+
+// claimInput reads what the next step of w's claim depends on.
+func (s *Server) claimInput(w claimWalk) (csiclaim.Input, *structs.CSIVolume, error) {
+	store := s.State()
+	in := csiclaim.Input{Goal: w.goal, NodeReleased: w.nodeReleased, Now: time.Now(), PublishTimeout: stuckPublishingAfter}
+	vol, err := store.CSIVolumeByID(nil, structs.DefaultNamespace, w.volID)
+	if err != nil {
+		return in, nil, err
+	}
+	if vol == nil {
+		return in, nil, fmt.Errorf("%w: volume %q", structs.ErrNotFound, w.volID)
+	}
+	in.Claim = vol.Claims[w.allocID]
+	nodeID := ""
+	switch {
+	case in.Claim != nil:
+		nodeID = in.Claim.NodeID
+	case w.want != nil:
+		nodeID = w.want.NodeID
+	}
+	if in.Alloc, err = store.AllocByID(nil, w.allocID); err != nil {
+		return in, nil, err
+	}
+	if nodeID != "" {
+		if in.Node, err = store.NodeByID(nil, nodeID); err != nil {
+			return in, nil, err
 		}
 	}
-	if c.State == structs.CSIVolumeClaimStateNodeDetached {
-		if err := s.controllerUnpublish(ctx, vol, &c); err != nil {
-			return err
-		}
-		c.State = structs.CSIVolumeClaimStateControllerDetached
-		if err := s.checkpointClaim(volID, &c); err != nil {
-			return err
-		}
+	in.PluginID = vol.PluginID
+	if in.Plugin, err = store.CSIPluginByID(nil, vol.PluginID); err != nil {
+		return in, nil, err
 	}
-	c.State = ""
-	return s.checkpointClaim(volID, &c)
+	return in, vol, nil
+}
+
+// claimCall makes one CSI call of a walk. Every call has a deadline: node
+// calls their own, controller calls their lane's.
+func (s *Server) claimCall(ctx context.Context, c csiclaim.Call, vol *structs.CSIVolume, claim *structs.CSIVolumeClaim, publishCtx *map[string]string) error {
+	switch c {
+	case csiclaim.CallControllerPublish:
+		pc, err := s.controllerPublish(ctx, vol, claim)
+		*publishCtx = pc
+		return err
+	case csiclaim.CallNodeDetach:
+		ctx, cancel := context.WithTimeout(ctx, s.config.CSINodeDetachTimeout)
+		defer cancel()
+		return s.nodeDetach(ctx, vol, claim)
+	case csiclaim.CallControllerUnpublish:
+		return s.controllerUnpublish(ctx, vol, claim)
+	}
+	return fmt.Errorf("%w: claim call %v", structs.ErrInvalidRequest, c)
 }
 
 // nodeDetach asks the claim's node to unpublish and unstage the volume.
-// A node that is gone or down cannot, and need not: its mounts went with it.
+// The core skips it for a node that is gone or down: its mounts went with
+// it.
 func (s *Server) nodeDetach(ctx context.Context, vol *structs.CSIVolume, claim *structs.CSIVolumeClaim) error {
-	node, err := s.State().NodeByID(nil, claim.NodeID)
-	if err != nil {
-		return err
-	}
-	if node == nil || node.Status == structs.NodeStatusDown {
-		return nil
-	}
 	req := structs.ClientCSINodeDetachVolumeRequest{
 		PluginID: vol.PluginID, VolumeID: vol.ID, ExternalID: vol.ExternalID, AllocID: claim.AllocationID,
 		NodeID: claim.ExternalNodeID, AttachmentMode: claim.AttachmentMode, AccessMode: claim.AccessMode,
 		ReadOnly: claim.Mode == structs.CSIVolumeClaimRead,
 	}
 	var resp structs.ClientCSINodeDetachVolumeResponse
-	err = s.clientRPC(ctx, node.ID, "ClientCSI.NodeDetachVolume", &req, &resp)
-	if errors.Is(err, structs.ErrNodeNotConnected) {
-		// The node is alive but not reachable right now; try again later.
-		return fmt.Errorf("node detach of %s from node %s: %w", vol.ID, node.ID, err)
+	if err := s.clientRPC(ctx, claim.NodeID, "ClientCSI.NodeDetachVolume", &req, &resp); err != nil {
+		return fmt.Errorf("node detach of %s from node %s: %w", vol.ID, claim.NodeID, err)
 	}
-	return err
+	return nil
 }
 
 // controllerPublish attaches the volume to the claim's node at the

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	memdb "github.com/hashicorp/go-memdb"
+	"github.com/roamhq/roam/nomad/csiclaim"
 	"github.com/roamhq/roam/state"
 	"github.com/roamhq/roam/structs"
 )
@@ -106,7 +107,8 @@ func (c *CSIVolume) Register(args *structs.CSIVolumeRegisterRequest, reply *stru
 }
 
 // Deregister removes volume registrations. A claimed volume is refused,
-// unless Force and every claiming allocation is terminal (or gone).
+// unless Force and every claim may be released (csiclaim.Releasable: the
+// client reported its allocation terminal, or its node is down or gone).
 func (c *CSIVolume) Deregister(args *structs.CSIVolumeDeregisterRequest, reply *structs.CSIVolumeDeregisterResponse) error {
 	if done, err := c.srv.forward("CSIVolume.Deregister", args, args, reply); done {
 		return err
@@ -129,13 +131,13 @@ func (c *CSIVolume) Deregister(args *structs.CSIVolumeDeregisterRequest, reply *
 		if !args.Force {
 			return fmt.Errorf("%w: volume %q has %d claim(s); release them or deregister with force", structs.ErrInvalidRequest, id, len(v.Claims))
 		}
-		for allocID := range v.Claims {
-			a, err := store.AllocByID(nil, allocID)
+		for allocID, cl := range v.Claims {
+			held, err := claimHeld(store, allocID, cl)
 			if err != nil {
 				return err
 			}
-			if a != nil && !a.TerminalStatus() {
-				return fmt.Errorf("%w: volume %q is claimed by running allocation %s", structs.ErrInvalidRequest, id, allocID)
+			if held != "" {
+				return fmt.Errorf("%w: volume %q is claimed: %s", structs.ErrInvalidRequest, id, held)
 			}
 		}
 	}
@@ -266,4 +268,21 @@ func (c *CSIPlugin) Get(args *structs.CSIPluginGetRequest, reply *structs.CSIPlu
 		reply.Index = p.ModifyIndex
 		return nil
 	})
+}
+
+// claimHeld says what holds a claim that csiclaim.Releasable does not yet
+// allow to release; "" when it may be released.
+func claimHeld(store *state.StateStore, allocID string, cl *structs.CSIVolumeClaim) (string, error) {
+	a, err := store.AllocByID(nil, allocID)
+	if err != nil {
+		return "", err
+	}
+	n, err := store.NodeByID(nil, cl.NodeID)
+	if err != nil {
+		return "", err
+	}
+	if csiclaim.Releasable(a, n) {
+		return "", nil
+	}
+	return csiclaim.WhyHeld(a), nil
 }

@@ -97,16 +97,28 @@ func TestCSIVolume_DeregisterClaimed(t *testing.T) {
 	must.StrContains(t, err.Error(), "has 1 claim")
 	err = s.RPC("CSIVolume.Deregister", &structs.CSIVolumeDeregisterRequest{VolumeIDs: []string{"v1"}, Force: true}, &dresp)
 	must.ErrorIs(t, err, structs.ErrInvalidRequest)
-	must.StrContains(t, err.Error(), "claimed by running allocation")
+	must.StrContains(t, err.Error(), "is still pending on node")
 	must.ErrorIs(t, s.RPC("CSIVolume.Deregister", &structs.CSIVolumeDeregisterRequest{VolumeIDs: []string{"nope"}}, &dresp), structs.ErrNotFound)
 	v, err := s.State().CSIVolumeByID(nil, structs.DefaultNamespace, "v1")
 	must.NoError(t, err)
 	must.NotNil(t, v)
 
-	// Once the claiming allocation is terminal, force removes it.
+	// Stopping the job is not enough: the task may still be inside its
+	// kill timeout. Force refuses until the client reports it done.
 	var jresp structs.JobDeregisterResponse
 	must.NoError(t, s.RPC("Job.Deregister", &structs.JobDeregisterRequest{JobID: "web"}, &jresp))
 	waitAllocs(t, s, "web", countIs(0))
+	err = s.RPC("CSIVolume.Deregister", &structs.CSIVolumeDeregisterRequest{VolumeIDs: []string{"v1"}, Force: true}, &dresp)
+	must.ErrorIs(t, err, structs.ErrInvalidRequest)
+	must.StrContains(t, err.Error(), "(desired stop)")
+	v, err = s.State().CSIVolumeByID(nil, structs.DefaultNamespace, "v1")
+	must.NoError(t, err)
+	must.NotNil(t, v)
+
+	done := alloc.Copy()
+	done.ClientStatus = structs.AllocClientStatusComplete
+	_, _, err = s.raftApply(structs.AllocClientUpdateRequestType, &structs.AllocUpdateRequest{Alloc: []*structs.Allocation{done}})
+	must.NoError(t, err)
 	must.NoError(t, s.RPC("CSIVolume.Deregister", &structs.CSIVolumeDeregisterRequest{VolumeIDs: []string{"v1"}, Force: true}, &dresp))
 	v, err = s.State().CSIVolumeByID(nil, structs.DefaultNamespace, "v1")
 	must.NoError(t, err)

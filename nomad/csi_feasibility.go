@@ -6,6 +6,7 @@ import (
 	"maps"
 	"slices"
 
+	"github.com/roamhq/roam/nomad/csiclaim"
 	"github.com/roamhq/roam/scheduler"
 	"github.com/roamhq/roam/state"
 	"github.com/roamhq/roam/structs"
@@ -60,9 +61,12 @@ func claimFor(req *structs.VolumeRequest, nodeID string) *structs.CSIVolumeClaim
 // the group requests, the volume must be registered, the node must run a
 // healthy node instance of its plugin, the volume must have room for the
 // claim, and the plugin's per-node volume limit (MaxVolumes) must not be
-// exceeded. Claims of the allocation being replaced, and of allocations
-// that are terminal or gone from state, count as free: their release is
-// already under way and the volume watcher will finish it.
+// exceeded. A claim counts as free once csiclaim.Releasable allows its
+// release (the client reported its allocation terminal, or its node is
+// down or gone): the volume watcher, or the new claim itself, finishes
+// it. The claim of the allocation being replaced counts until then too:
+// its task may still be inside its kill timeout, writing, so the
+// replacement waits (a blocked evaluation) instead of racing it.
 func (c *volumeChecker) FeasibleVolumes(node *structs.Node, tg *structs.TaskGroup, allocIndex int, replacing *structs.Allocation) (bool, string) {
 	if len(tg.Volumes) == 0 {
 		return true, ""
@@ -70,10 +74,6 @@ func (c *volumeChecker) FeasibleVolumes(node *structs.Node, tg *structs.TaskGrou
 	ns := c.namespace
 	if ns == "" {
 		ns = structs.DefaultNamespace
-	}
-	var replacingID string
-	if replacing != nil {
-		replacingID = replacing.ID
 	}
 	// newByPlugin collects, per plugin, the volumes this placement would
 	// attach to the node, for the MaxVolumes check below.
@@ -99,9 +99,12 @@ func (c *volumeChecker) FeasibleVolumes(node *structs.Node, tg *structs.TaskGrou
 		case !info.Healthy:
 			return false, fmt.Sprintf("unhealthy CSI node plugin %q", vol.PluginID)
 		}
-		free := c.liveClaims(vol, replacingID)
+		free := c.liveClaims(vol)
 		if err := free.CanClaim(claimFor(req, node.ID)); err != nil {
 			if errors.Is(err, structs.ErrCSIMaxClaims) {
+				if replacing != nil && free.Claims[replacing.ID] != nil {
+					return false, fmt.Sprintf("volume %q: waiting for allocation %s to stop", id, replacing.ID)
+				}
 				return false, fmt.Sprintf("volume %q max claims reached", id)
 			}
 			return false, fmt.Sprintf("volume %q: %v", id, err)
@@ -116,7 +119,7 @@ func (c *volumeChecker) FeasibleVolumes(node *structs.Node, tg *structs.TaskGrou
 		if info.NodeInfo == nil || info.NodeInfo.MaxVolumes <= 0 {
 			continue
 		}
-		attached, err := c.attachedOnNode(node.ID, pluginID, replacingID)
+		attached, err := c.attachedOnNode(node.ID, pluginID)
 		if err != nil {
 			return false, fmt.Sprintf("CSI node plugin %q: state read failed", pluginID)
 		}
@@ -131,12 +134,11 @@ func (c *volumeChecker) FeasibleVolumes(node *structs.Node, tg *structs.TaskGrou
 }
 
 // liveClaims returns vol, or a copy of it, holding only the claims that
-// still count: not the replaced allocation's, not those of allocations
-// that are terminal or no longer in state.
-func (c *volumeChecker) liveClaims(vol *structs.CSIVolume, replacingID string) *structs.CSIVolume {
+// still count: those csiclaim.Releasable does not yet allow to release.
+func (c *volumeChecker) liveClaims(vol *structs.CSIVolume) *structs.CSIVolume {
 	var drop []string
-	for allocID := range vol.Claims {
-		if allocID == replacingID || c.releasing(allocID) {
+	for allocID, cl := range vol.Claims {
+		if c.releasable(allocID, cl.NodeID) {
 			drop = append(drop, allocID)
 		}
 	}
@@ -150,18 +152,23 @@ func (c *volumeChecker) liveClaims(vol *structs.CSIVolume, replacingID string) *
 	return cp
 }
 
-// releasing reports whether the allocation's claims are on their way out.
-func (c *volumeChecker) releasing(allocID string) bool {
+// releasable reports whether a claim of the allocation on the node may be
+// released: csiclaim.Releasable, read from the snapshot.
+func (c *volumeChecker) releasable(allocID, nodeID string) bool {
 	a, err := c.snap.AllocByID(nil, allocID)
 	if err != nil {
 		return false // unknown: keep counting the claim
 	}
-	return a == nil || a.TerminalStatus()
+	n, err := c.snap.NodeByID(nil, nodeID)
+	if err != nil {
+		return false
+	}
+	return csiclaim.Releasable(a, n)
 }
 
 // attachedOnNode returns the plugin's volumes (namespace/ID) with a claim
 // that still counts on the node.
-func (c *volumeChecker) attachedOnNode(nodeID, pluginID, replacingID string) (map[string]bool, error) {
+func (c *volumeChecker) attachedOnNode(nodeID, pluginID string) (map[string]bool, error) {
 	vols, err := c.snap.CSIVolumesByPlugin(nil, pluginID)
 	if err != nil {
 		return nil, err
@@ -169,7 +176,7 @@ func (c *volumeChecker) attachedOnNode(nodeID, pluginID, replacingID string) (ma
 	attached := make(map[string]bool)
 	for _, v := range vols {
 		for allocID, cl := range v.Claims {
-			if cl.NodeID != nodeID || allocID == replacingID || c.releasing(allocID) {
+			if cl.NodeID != nodeID || c.releasable(allocID, cl.NodeID) {
 				continue
 			}
 			attached[v.Namespace+"/"+v.ID] = true

@@ -55,11 +55,24 @@ func TestVolumeChecker_FeasibleVolumes(t *testing.T) {
 	emptyOneVolume := csiNode("n5")
 	emptyOneVolume.CSINodePlugins["hostpath"].NodeInfo.MaxVolumes = 1
 
+	// The claims' nodes: a claim counts until its allocation's client
+	// reports it terminal, unless its node is down or gone.
+	other := workNode("other")
+	other.ID = "other-node"
+	down := workNode("down")
+	down.ID, down.Status = "down-node", structs.NodeStatusDown
+
+	stopping := feasAlloc("stopping", "other-node", structs.AllocClientStatusRunning)
+	stopping.DesiredStatus = structs.AllocDesiredStatusStop
+	stoppedDone := feasAlloc("stopped-done", "other-node", structs.AllocClientStatusComplete)
+	stoppedDone.DesiredStatus = structs.AllocDesiredStatusStop
 	allocs := []*structs.Allocation{
 		feasAlloc("live", "other-node", structs.AllocClientStatusRunning),
 		feasAlloc("old", "other-node", structs.AllocClientStatusRunning),
 		feasAlloc("done", "other-node", structs.AllocClientStatusComplete),
 		feasAlloc("here", oneVolume.ID, structs.AllocClientStatusRunning),
+		stopping, stoppedDone,
+		feasAlloc("lost-node", "down-node", structs.AllocClientStatusRunning),
 	}
 	vols := []*structs.CSIVolume{
 		feasVolume("free", snw),
@@ -70,8 +83,12 @@ func TestVolumeChecker_FeasibleVolumes(t *testing.T) {
 		feasVolume("shared", mnsw, writeClaim("live", "other-node", mnsw)),
 		feasVolume("vol[2]", snw),
 		feasVolume("attached", snw, writeClaim("here", oneVolume.ID, snw)),
+		feasVolume("stopping", snw, writeClaim("stopping", "other-node", snw)),
+		feasVolume("stopped", snw, writeClaim("stopped-done", "other-node", snw)),
+		feasVolume("on-down-node", snw, writeClaim("lost-node", "down-node", snw)),
+		feasVolume("on-gone-node", snw, writeClaim("live", "no-such-node", snw)),
 	}
-	snap := feasSnapshot(t, allocs, vols)
+	snap := feasSnapshot(t, allocs, vols, oneVolume, other, down)
 	replacing := allocs[1]
 
 	csi := func(source string) *structs.VolumeRequest {
@@ -93,7 +110,15 @@ func TestVolumeChecker_FeasibleVolumes(t *testing.T) {
 		{name: "claimed by live alloc", node: node, tg: csiGroup(csi("taken")), reason: `volume "taken" max claims reached`},
 		{name: "claimed by live alloc, replacing another", node: node, tg: csiGroup(csi("taken")), replacing: replacing,
 			reason: `volume "taken" max claims reached`},
-		{name: "claimed by replaced alloc", node: node, tg: csiGroup(csi("replaced")), replacing: replacing},
+		// The replaced allocation's task may still be inside its kill
+		// timeout: the replacement waits for it.
+		{name: "claimed by replaced alloc, still running", node: node, tg: csiGroup(csi("replaced")), replacing: replacing,
+			reason: `volume "replaced": waiting for allocation old to stop`},
+		{name: "claimed by alloc asked to stop, still running", node: node, tg: csiGroup(csi("stopping")),
+			reason: `volume "stopping" max claims reached`},
+		{name: "claimed by alloc asked to stop, client done", node: node, tg: csiGroup(csi("stopped"))},
+		{name: "claimed on a down node", node: node, tg: csiGroup(csi("on-down-node"))},
+		{name: "claimed on a node gone from state", node: node, tg: csiGroup(csi("on-gone-node"))},
 		{name: "claimed by replaced alloc, no replacement", node: node, tg: csiGroup(csi("replaced")),
 			reason: `volume "replaced" max claims reached`},
 		{name: "claimed by terminal alloc", node: node, tg: csiGroup(csi("finished"))},
@@ -134,10 +159,13 @@ func TestVolumeChecker_FeasibleVolumes(t *testing.T) {
 	}
 }
 
-func feasSnapshot(t *testing.T, allocs []*structs.Allocation, vols []*structs.CSIVolume) *state.StateSnapshot {
+func feasSnapshot(t *testing.T, allocs []*structs.Allocation, vols []*structs.CSIVolume, nodes ...*structs.Node) *state.StateSnapshot {
 	t.Helper()
 	store, err := state.NewStateStore()
 	must.NoError(t, err)
+	for i, n := range nodes {
+		must.NoError(t, store.UpsertNode(uint64(10+i), n))
+	}
 	must.NoError(t, store.UpsertAllocs(1, allocs))
 	must.NoError(t, store.UpsertCSIVolumes(2, vols))
 	return store.Snapshot()

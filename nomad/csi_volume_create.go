@@ -247,13 +247,12 @@ func (c *CSIVolume) Unpublish(args *structs.CSIVolumeUnpublishRequest, reply *st
 		if cl.NodeID != args.NodeID {
 			continue
 		}
-		a, err := store.AllocByID(nil, allocID)
+		held, err := claimHeld(store, allocID, cl)
 		if err != nil {
 			return err
 		}
-		if a != nil && !a.TerminalStatus() {
-			return fmt.Errorf("%w: volume %q is claimed on node %s by running allocation %s",
-				structs.ErrInvalidRequest, vol.ID, args.NodeID, allocID)
+		if held != "" {
+			return fmt.Errorf("%w: volume %q is claimed on node %s: %s", structs.ErrInvalidRequest, vol.ID, args.NodeID, held)
 		}
 		allocIDs = append(allocIDs, allocID)
 	}

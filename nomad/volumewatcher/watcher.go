@@ -1,0 +1,276 @@
+// Package volumewatcher runs on the leader and drives every claim that
+// needs it to a settled state: claims whose allocation's tasks are gone
+// (csiclaim.Releasable), claims left half-released, and claims stuck in
+// publishing. So no claim is left without an allocation and no volume
+// stays attached without a claim.
+//
+// It decides with the claim core (csiclaim.Next) and acts only through a
+// Releaser, so it knows nothing of Raft or RPC. Releases of different
+// plugins run concurrently, and at most Config.PerPlugin at a time for one
+// plugin: a hung plugin delays only its own volumes.
+package volumewatcher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	memdb "github.com/hashicorp/go-memdb"
+
+	"github.com/roamhq/roam/nomad/csiclaim"
+	"github.com/roamhq/roam/state"
+	"github.com/roamhq/roam/structs"
+)
+
+// Releaser releases one claim. It fails with structs.ErrCSIClaimInUse
+// while the claim may not be released yet and with
+// structs.ErrClaimInProgress while the leader is already working on it;
+// the watcher takes neither as a failure.
+type Releaser interface {
+	Release(ctx context.Context, volumeID, allocID string) error
+}
+
+// Config configures a Watcher.
+type Config struct {
+	// State returns the current state store (it is swapped on restore).
+	State    func() *state.StateStore
+	Releaser Releaser
+	Logger   hclog.Logger
+	// PerPlugin bounds the releases in flight for one plugin.
+	PerPlugin int
+	// Interval bounds the wait between passes when nothing changes:
+	// publish timeouts and backoffs need a clock, not a change.
+	Interval time.Duration
+	// MaxBackoff bounds the wait before a failed release is tried again.
+	MaxBackoff time.Duration
+	// PublishTimeout is how long a claim may sit in publishing before it
+	// is released although its allocation runs.
+	PublishTimeout time.Duration
+	// Now is the clock; time.Now when nil.
+	Now func() time.Time
+}
+
+// DefaultConfig returns the timings the leader uses; State and Releaser
+// are the caller's.
+func DefaultConfig() Config {
+	return Config{
+		PerPlugin:      4,
+		Interval:       time.Second,
+		MaxBackoff:     30 * time.Second,
+		PublishTimeout: 2 * time.Minute,
+	}
+}
+
+// Validate checks the configuration and changes nothing.
+func (c Config) Validate() error {
+	switch {
+	case c.State == nil:
+		return errors.New("volumewatcher: State is required")
+	case c.Releaser == nil:
+		return errors.New("volumewatcher: Releaser is required")
+	case c.PerPlugin < 1:
+		return fmt.Errorf("volumewatcher: PerPlugin = %d, must be at least 1", c.PerPlugin)
+	case c.Interval <= 0:
+		return fmt.Errorf("volumewatcher: Interval = %s, must be positive", c.Interval)
+	case c.MaxBackoff < c.Interval:
+		return fmt.Errorf("volumewatcher: MaxBackoff = %s, must be at least Interval (%s)", c.MaxBackoff, c.Interval)
+	}
+	return nil
+}
+
+type claimKey struct{ vol, alloc string }
+
+// claimTrack is what the watcher remembers of one claim between passes.
+type claimTrack struct {
+	running bool
+	backoff time.Duration
+	next    time.Time // earliest next attempt after a failure
+}
+
+// Watcher settles claims; see the package doc.
+type Watcher struct {
+	cfg    Config
+	logger hclog.Logger
+	// wake is poked when a release ends, so a plugin's next claim starts
+	// without waiting for the interval.
+	wake chan struct{}
+
+	mu       sync.Mutex
+	claims   map[claimKey]*claimTrack
+	inPlugin map[string]int // releases in flight per plugin
+}
+
+// New returns a Watcher; Run starts it.
+func New(cfg Config) (*Watcher, error) {
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = hclog.NewNullLogger()
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Watcher{
+		cfg:      cfg,
+		logger:   cfg.Logger.Named("volume_watcher"),
+		wake:     make(chan struct{}, 1),
+		claims:   make(map[claimKey]*claimTrack),
+		inPlugin: make(map[string]int),
+	}, nil
+}
+
+// Run settles claims until ctx ends, then waits for the releases it
+// started (they end with ctx too) before it returns.
+func (w *Watcher) Run(ctx context.Context) {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for {
+		ws := memdb.NewWatchSet()
+		w.pass(ctx, ws, &wg)
+		wctx, cancel := context.WithTimeout(ctx, w.cfg.Interval)
+		woke := make(chan struct{})
+		go func() {
+			defer close(woke)
+			select {
+			case <-w.wake:
+				cancel()
+			case <-wctx.Done():
+			}
+		}()
+		_ = ws.WatchCtx(wctx)
+		cancel()
+		<-woke
+		if ctx.Err() != nil {
+			return
+		}
+	}
+}
+
+// pass looks at every claim once and starts the releases that are due.
+func (w *Watcher) pass(ctx context.Context, ws memdb.WatchSet, wg *sync.WaitGroup) {
+	store := w.cfg.State()
+	ws.Add(store.AbandonCh())
+	vols, err := store.CSIVolumes(ws, structs.DefaultNamespace, "")
+	if err != nil {
+		w.logger.Error("list volumes", "error", err)
+		return
+	}
+	now := w.cfg.Now()
+	live := make(map[claimKey]bool)
+	for _, v := range vols {
+		for allocID, claim := range v.Claims {
+			if ctx.Err() != nil {
+				return // leadership is ending: start no new release
+			}
+			k := claimKey{v.ID, allocID}
+			live[k] = true
+			due, err := w.due(ws, store, v, claim, now)
+			if err != nil {
+				w.logger.Error("read claim", "volume_id", v.ID, "alloc_id", allocID, "error", err)
+				continue
+			}
+			if due {
+				w.start(ctx, wg, k, v.PluginID, claim.State)
+			}
+		}
+	}
+	w.forget(live)
+}
+
+// due says whether the claim needs a release started now: the core wants
+// work done, no release of it is running here, its backoff is over, and
+// its plugin has room.
+func (w *Watcher) due(ws memdb.WatchSet, store *state.StateStore, v *structs.CSIVolume, claim *structs.CSIVolumeClaim, now time.Time) (bool, error) {
+	alloc, err := store.AllocByID(ws, claim.AllocationID)
+	if err != nil {
+		return false, err
+	}
+	node, err := store.NodeByID(ws, claim.NodeID)
+	if err != nil {
+		return false, err
+	}
+	plugin, err := store.CSIPluginByID(ws, v.PluginID)
+	if err != nil {
+		return false, err
+	}
+	step := csiclaim.Next(csiclaim.Input{
+		Goal: csiclaim.GoalRelease, Claim: claim, Alloc: alloc, Node: node,
+		PluginID: v.PluginID, Plugin: plugin, Now: now, PublishTimeout: w.cfg.PublishTimeout,
+	})
+	switch step.Action {
+	case csiclaim.ActionWait, csiclaim.ActionDone:
+		return false, nil
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	t := w.claims[claimKey{v.ID, claim.AllocationID}]
+	if t != nil && (t.running || now.Before(t.next)) {
+		return false, nil
+	}
+	return w.inPlugin[v.PluginID] < w.cfg.PerPlugin, nil
+}
+
+// start runs one release in its own goroutine.
+func (w *Watcher) start(ctx context.Context, wg *sync.WaitGroup, k claimKey, pluginID string, from structs.CSIClaimState) {
+	w.mu.Lock()
+	t := w.claims[k]
+	if t == nil {
+		t = &claimTrack{}
+		w.claims[k] = t
+	}
+	t.running = true
+	w.inPlugin[pluginID]++
+	w.mu.Unlock()
+
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		err := w.cfg.Releaser.Release(ctx, k.vol, k.alloc)
+		w.finish(k, pluginID, from, err)
+		select {
+		case w.wake <- struct{}{}:
+		default:
+		}
+	}()
+}
+
+// finish records how a release ended and sets the claim's backoff.
+func (w *Watcher) finish(k claimKey, pluginID string, from structs.CSIClaimState, err error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.inPlugin[pluginID]--
+	if w.inPlugin[pluginID] == 0 {
+		delete(w.inPlugin, pluginID)
+	}
+	t := w.claims[k]
+	t.running = false
+	switch {
+	case err == nil:
+		t.backoff, t.next = 0, time.Time{}
+		w.logger.Info("claim released", "volume_id", k.vol, "alloc_id", k.alloc, "from", from)
+	case errors.Is(err, structs.ErrCSIClaimInUse), errors.Is(err, structs.ErrClaimInProgress):
+		// Not ours to release now (someone else is, or the task still
+		// runs): not a failure, but not again before the interval.
+		t.backoff, t.next = 0, w.cfg.Now().Add(w.cfg.Interval)
+	default:
+		t.backoff = min(max(2*t.backoff, w.cfg.Interval), w.cfg.MaxBackoff)
+		t.next = w.cfg.Now().Add(t.backoff)
+		w.logger.Warn("claim not yet released; will retry", "volume_id", k.vol, "alloc_id", k.alloc,
+			"state", from, "retry_in", t.backoff, "error", err)
+	}
+}
+
+// forget drops what it remembers of claims that are gone.
+func (w *Watcher) forget(live map[claimKey]bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for k, t := range w.claims {
+		if !live[k] && !t.running {
+			delete(w.claims, k)
+		}
+	}
+}
