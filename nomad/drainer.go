@@ -166,15 +166,6 @@ func (s *Server) drainNode(ws memdb.WatchSet, n *structs.Node) error {
 	return nil
 }
 
-// forcedAt is when a drain began forcing: its deadline, or its start for a
-// drain forced from the outset.
-func forcedAt(d *structs.DrainStrategy) time.Time {
-	if d.Deadline < 0 || d.ForceDeadline.IsZero() {
-		return d.StartedAt
-	}
-	return d.ForceDeadline
-}
-
 // nodeClaims returns the IDs of the volumes with a claim, in any state,
 // that names nodeID and belongs to an allocation not in except. ws, if
 // set, wakes when claims change.
