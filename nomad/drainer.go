@@ -2,6 +2,7 @@ package nomad
 
 import (
 	"context"
+	"sort"
 	"time"
 
 	memdb "github.com/hashicorp/go-memdb"
@@ -53,144 +54,119 @@ func (s *Server) drainPass(ws memdb.WatchSet) error {
 	return nil
 }
 
+// drainNode runs one drain pass over node n: it reads what planDrain needs
+// from the state store (adding what it reads to ws), and applies the plan
+// through Raft.
 func (s *Server) drainNode(ws memdb.WatchSet, n *structs.Node) error {
-	store := s.State()
-	allocs, err := store.AllocsByNode(ws, n.ID)
+	in, err := s.drainInput(ws, n, time.Now())
 	if err != nil {
 		return err
 	}
-	d := n.DrainStrategy
-	force := d.Deadline < 0 || (!d.ForceDeadline.IsZero() && !time.Now().Before(d.ForceDeadline))
+	plan := planDrain(in)
 
-	var (
-		remaining int
-		migrate   = make(map[string]*structs.DesiredTransition)
-		stop      []*structs.Allocation
-		jobs      = make(map[jobKey]*structs.Job)
-		system    []*structs.Allocation
-	)
-	drain := func(a *structs.Allocation) {
-		if a.DesiredStatus != structs.AllocDesiredStatusRun {
-			return // already stopping; wait for the client
-		}
-		job := a.Job
-		if current, _ := store.JobByID(nil, a.Namespace, a.JobID); current != nil {
-			job = current
-		}
-		switch {
-		case force:
-			c := a.Copy()
-			c.DesiredStatus = structs.AllocDesiredStatusStop
-			c.DesiredDescription = "alloc stopped: node drain reached its deadline"
-			c.ModifyTime = time.Now().UnixNano()
-			t := true
-			c.DesiredTransition.Migrate = &t
-			stop = append(stop, c)
-		case !a.DesiredTransition.ShouldMigrate():
-			t := true
-			migrate[a.ID] = &structs.DesiredTransition{Migrate: &t}
-		default:
-			return
-		}
-		if job != nil {
-			jobs[jobKey{job.Namespace, job.ID}] = job
-		}
-	}
-	for _, a := range allocs {
-		if a.ClientTerminalStatus() {
-			continue
-		}
-		if a.Job != nil && a.Job.Type == structs.JobTypeSystem {
-			if !d.IgnoreSystemJobs {
-				remaining++
-				system = append(system, a)
-			}
-			continue
-		}
-		remaining++
-		drain(a)
-	}
-	// System allocations go last: among them are the node's CSI plugins,
-	// and the volumes of the allocations that just left must still be
-	// unpublished through them. So they stop only once every other
-	// allocation here is done and no claim of another allocation names
-	// this node; past the deadline, that wait is bounded by
-	// Config.DrainClaimGrace, so a claim that cannot be released does not hold
-	// the drain forever.
-	if len(system) > 0 && remaining == len(system) {
-		own := make(map[string]bool, len(system))
-		for _, a := range system {
-			own[a.ID] = true
-		}
-		vols, err := nodeClaims(store, ws, n.ID, own)
-		if err != nil {
-			return err
-		}
-		switch {
-		case len(vols) == 0:
-			for _, a := range system {
-				drain(a)
-			}
-		case force && time.Since(forcedAt(d)) > s.config.DrainClaimGrace:
-			s.logger.Warn("draining node: stopping system allocations although volume claims still name the node",
-				"node_id", n.ID, "volumes", vols, "waited", s.config.DrainClaimGrace)
-			for _, a := range system {
-				drain(a)
-			}
-		default:
-			s.logger.Debug("draining node: system allocations wait for volume claims to be released",
-				"node_id", n.ID, "volumes", vols)
-		}
+	switch plan.System {
+	case systemWaitClaims:
+		s.logger.Debug("draining node: system allocations wait for volume claims to be released",
+			"node_id", n.ID, "volumes", plan.ClaimVolumes)
+	case systemForced:
+		s.logger.Warn("draining node: stopping system allocations although volume claims still name the node",
+			"node_id", n.ID, "volumes", plan.ClaimVolumes, "waited", in.ClaimGrace)
 	}
 
-	var evals []*structs.Evaluation
-	for _, job := range jobs {
+	evals := make([]*structs.Evaluation, 0, len(plan.Evaluate))
+	for _, job := range plan.Evaluate {
 		evals = append(evals, s.evalForJob(job, structs.EvalTriggerNodeDrain, n.ID))
 	}
 	switch {
-	case len(stop) > 0:
-		s.logger.Info("drain deadline reached; stopping remaining allocations", "node_id", n.ID, "allocs", len(stop))
-		_, _, err := s.raftApply(structs.ApplyPlanResultsRequestType, &structs.ApplyPlanResultsRequest{AllocsStopped: stop, Evals: evals})
+	case len(plan.Stop) > 0:
+		s.logger.Info("drain deadline reached; stopping remaining allocations", "node_id", n.ID, "allocs", len(plan.Stop))
+		_, _, err := s.raftApply(structs.ApplyPlanResultsRequestType, &structs.ApplyPlanResultsRequest{AllocsStopped: plan.Stop, Evals: evals})
 		return err
-	case len(migrate) > 0:
-		s.logger.Info("draining node: allocations marked for migration", "node_id", n.ID, "allocs", len(migrate))
+	case len(plan.Migrate) > 0:
+		s.logger.Info("draining node: allocations marked for migration", "node_id", n.ID, "allocs", len(plan.Migrate))
+		migrate := make(map[string]*structs.DesiredTransition, len(plan.Migrate))
+		for _, id := range plan.Migrate {
+			t := true
+			migrate[id] = &structs.DesiredTransition{Migrate: &t}
+		}
 		_, _, err := s.raftApply(structs.AllocUpdateDesiredTransitionRequestType, &structs.AllocUpdateDesiredTransitionRequest{Allocs: migrate, Evals: evals})
 		return err
-	case remaining == 0:
+	case plan.Complete:
 		s.logger.Info("drain complete; node stays ineligible", "node_id", n.ID)
 		_, _, err := s.raftApply(structs.NodeUpdateDrainRequestType, &structs.NodeUpdateDrainRequest{
-			NodeID: n.ID, UpdatedAt: time.Now().Unix(),
+			NodeID: n.ID, UpdatedAt: in.Now.Unix(),
 		})
 		return err
 	}
 	return nil
 }
 
-// forcedAt is when a drain began forcing: its deadline, or its start for a
-// drain forced from the outset.
-func forcedAt(d *structs.DrainStrategy) time.Time {
-	if d.Deadline < 0 || d.ForceDeadline.IsZero() {
-		return d.StartedAt
+// drainInput reads what planDrain needs to decide a pass over node n at
+// now: its allocations, their jobs as the store has them now, and the
+// volume claims that name it.
+func (s *Server) drainInput(ws memdb.WatchSet, n *structs.Node, now time.Time) (drainInput, error) {
+	store := s.State()
+	allocs, err := store.AllocsByNode(ws, n.ID)
+	if err != nil {
+		return drainInput{}, err
 	}
-	return d.ForceDeadline
+	jobs := make(map[jobKey]*structs.Job)
+	for _, a := range allocs {
+		k := jobKey{a.Namespace, a.JobID}
+		if _, ok := jobs[k]; ok || a.ClientTerminalStatus() {
+			continue
+		}
+		job, err := store.JobByID(nil, a.Namespace, a.JobID)
+		if err != nil {
+			return drainInput{}, err
+		}
+		jobs[k] = job
+	}
+	claims, err := claimsNaming(store, ws, n.ID)
+	if err != nil {
+		return drainInput{}, err
+	}
+	return drainInput{
+		Strategy:   n.DrainStrategy,
+		Allocs:     allocs,
+		Jobs:       jobs,
+		Claims:     claims,
+		ClaimGrace: s.config.DrainClaimGrace,
+		Now:        now,
+	}, nil
+}
+
+// claimsNaming returns the volume claims, in any state, that name nodeID,
+// by volume then allocation. ws, if set, wakes when claims change.
+func claimsNaming(store *state.StateStore, ws memdb.WatchSet, nodeID string) ([]drainClaim, error) {
+	vols, err := store.CSIVolumes(ws, structs.DefaultNamespace, "")
+	if err != nil {
+		return nil, err
+	}
+	var out []drainClaim
+	for _, v := range vols {
+		for allocID, c := range v.Claims {
+			if c.NodeID == nodeID {
+				out = append(out, drainClaim{VolumeID: v.ID, AllocID: allocID})
+			}
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].VolumeID != out[j].VolumeID {
+			return out[i].VolumeID < out[j].VolumeID
+		}
+		return out[i].AllocID < out[j].AllocID
+	})
+	return out, nil
 }
 
 // nodeClaims returns the IDs of the volumes with a claim, in any state,
 // that names nodeID and belongs to an allocation not in except. ws, if
 // set, wakes when claims change.
 func nodeClaims(store *state.StateStore, ws memdb.WatchSet, nodeID string, except map[string]bool) ([]string, error) {
-	vols, err := store.CSIVolumes(ws, structs.DefaultNamespace, "")
+	claims, err := claimsNaming(store, ws, nodeID)
 	if err != nil {
 		return nil, err
 	}
-	var out []string
-	for _, v := range vols {
-		for allocID, c := range v.Claims {
-			if c.NodeID == nodeID && !except[allocID] {
-				out = append(out, v.ID)
-				break
-			}
-		}
-	}
-	return out, nil
+	return claimVolumes(claims, except), nil
 }
