@@ -75,7 +75,11 @@ func validateVolume(store *state.StateStore, v *structs.CSIVolume) error {
 
 // Register records volumes that exist in the storage provider. Every volume
 // must name a known plugin and valid capabilities; one bad volume fails the
-// whole request and nothing is written.
+// whole request and nothing is written. A volume whose ID is registered
+// already updates its registration, within the rules of
+// structs.CheckCSIVolumeUpdate: its identity (namespace, plugin and
+// external ID) is fixed, and what its claims rely on stays while it has
+// any.
 func (c *CSIVolume) Register(args *structs.CSIVolumeRegisterRequest, reply *structs.CSIVolumeRegisterResponse) error {
 	if done, err := c.srv.forward("CSIVolume.Register", args, args, reply); done {
 		return err
@@ -85,16 +89,29 @@ func (c *CSIVolume) Register(args *structs.CSIVolumeRegisterRequest, reply *stru
 	}
 	store := c.srv.State()
 	vols := make([]*structs.CSIVolume, 0, len(args.Volumes))
+	seen := make(map[string]bool, len(args.Volumes))
 	for _, v := range args.Volumes {
+		if v == nil {
+			return fmt.Errorf("%w: volumes must not hold null", structs.ErrInvalidRequest)
+		}
 		if err := validateVolume(store, v); err != nil {
 			return err
 		}
+		// Two entries for one ID would be a registration and its update
+		// in one write; the update would be refused at apply time anyway.
+		if seen[v.ID] {
+			return fmt.Errorf("volume %q: %w: given twice", v.ID, structs.ErrInvalidRequest)
+		}
+		seen[v.ID] = true
 		cp := v.Copy()
 		cp.Namespace = structs.DefaultNamespace
 		if cp.Name == "" {
 			cp.Name = cp.ID
 		}
 		cp.Claims = nil // claims are the server's, never the caller's
+		if err := checkVolumeUpdate(store, cp); err != nil {
+			return err
+		}
 		vols = append(vols, cp)
 	}
 	req := structs.CSIVolumeRegisterRequest{Volumes: vols, WriteRequest: args.WriteRequest}

@@ -18,22 +18,11 @@ func (s *Server) csiProvisionContext() (context.Context, context.CancelFunc) {
 }
 
 // validateVolumeCreate checks a volume to create: as a registration, but
-// with no external ID, which the provider assigns. A volume already
-// registered under the ID is refused: creating is not updating.
+// with no external ID, which the provider assigns.
 func validateVolumeCreate(store *state.StateStore, v *structs.CSIVolume) error {
 	cp := v.Copy()
 	cp.ExternalID = "to be created" // satisfies validateVolume; replaced by the provider's
-	if err := validateVolume(store, cp); err != nil {
-		return err
-	}
-	existing, err := store.CSIVolumeByID(nil, structs.DefaultNamespace, v.ID)
-	if err != nil {
-		return err
-	}
-	if existing != nil {
-		return fmt.Errorf("volume %q: %w: a volume with this ID is already registered", v.ID, structs.ErrInvalidRequest)
-	}
-	return nil
+	return validateVolume(store, cp)
 }
 
 // Create creates volumes in the storage provider through the plugin's
@@ -43,6 +32,10 @@ func validateVolumeCreate(store *state.StateStore, v *structs.CSIVolume) error {
 // name, its idempotency key, so a create retried after a failure (even
 // one between the provider's answer and the registration) gets the same
 // provider volume back rather than a second one.
+//
+// A create of an ID that is already registered updates the registration
+// instead (see createAsUpdate), under the same rules as a register of it:
+// the provider is not called.
 func (c *CSIVolume) Create(args *structs.CSIVolumeCreateRequest, reply *structs.CSIVolumeCreateResponse) error {
 	if done, err := c.srv.forward("CSIVolume.Create", args, args, reply); done {
 		return err
@@ -53,22 +46,47 @@ func (c *CSIVolume) Create(args *structs.CSIVolumeCreateRequest, reply *structs.
 	srv := c.srv
 	store := srv.State()
 	seen := make(map[string]bool, len(args.Volumes))
-	for _, v := range args.Volumes {
+	// updates holds, by position, the registration update a create of a
+	// registered ID becomes.
+	updates := make([]*structs.CSIVolume, len(args.Volumes))
+	for i, v := range args.Volumes {
 		if v == nil {
 			return fmt.Errorf("%w: volumes must not hold null", structs.ErrInvalidRequest)
-		}
-		if err := validateVolumeCreate(store, v); err != nil {
-			return err
 		}
 		if seen[v.ID] {
 			return fmt.Errorf("volume %q: %w: given twice", v.ID, structs.ErrInvalidRequest)
 		}
 		seen[v.ID] = true
+		existing, err := store.CSIVolumeByID(nil, structs.DefaultNamespace, v.ID)
+		if err != nil {
+			return err
+		}
+		if existing == nil {
+			if err := validateVolumeCreate(store, v); err != nil {
+				return err
+			}
+			continue
+		}
+		next := createAsUpdate(existing, v)
+		if err := validateVolume(store, next); err != nil {
+			return err
+		}
+		if err := checkVolumeUpdate(store, next); err != nil {
+			return err
+		}
+		updates[i] = next
 	}
 	ctx, cancel := srv.csiProvisionContext()
 	defer cancel()
-	for _, v := range args.Volumes {
-		vol, index, err := srv.createVolume(ctx, v, args.WriteRequest)
+	for i, v := range args.Volumes {
+		var vol *structs.CSIVolume
+		var index uint64
+		var err error
+		if updates[i] != nil {
+			vol, index, err = srv.registerVolume(updates[i], args.WriteRequest)
+		} else {
+			vol, index, err = srv.createVolume(ctx, v, args.WriteRequest)
+		}
 		if err != nil {
 			return err
 		}
@@ -115,21 +133,13 @@ func (s *Server) createVolume(ctx context.Context, v *structs.CSIVolume, wr stru
 		maps.Copy(merged, created.VolumeContext)
 		vol.Context = merged
 	}
-	req := structs.CSIVolumeRegisterRequest{Volumes: []*structs.CSIVolume{vol}, WriteRequest: wr}
-	_, index, err := s.raftApply(structs.CSIVolumeRegisterRequestType, &req)
+	latest, index, err := s.registerVolume(vol, wr)
 	if err != nil {
 		// The provider volume exists unregistered; a retried create finds
 		// it again by name.
 		s.logger.Warn("created volume could not be registered; retry the create",
 			"volume_id", v.ID, "external_id", vol.ExternalID, "error", err)
 		return nil, 0, fmt.Errorf("registering created volume %q: %w", v.ID, err)
-	}
-	latest, err := s.State().CSIVolumeByID(nil, structs.DefaultNamespace, vol.ID)
-	if err != nil {
-		return nil, 0, err
-	}
-	if latest == nil {
-		return nil, 0, fmt.Errorf("volume %q vanished after its registration", vol.ID)
 	}
 	return latest, index, nil
 }

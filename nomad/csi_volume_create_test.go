@@ -47,17 +47,54 @@ func TestCSIVolume_CreateAndDelete(t *testing.T) {
 	must.NoError(t, err)
 	must.Eq(t, int64(1), calls["CreateVolume"])
 
-	// Creating a registered ID again is refused before the plugin sees it.
-	err = s.RPC("CSIVolume.Create", &structs.CSIVolumeCreateRequest{Volumes: []*structs.CSIVolume{createSpec("made")}}, &cresp)
-	must.ErrorIs(t, err, structs.ErrInvalidRequest)
+	// Creating a registered ID again updates its registration: the
+	// plugin is not called, and the provider's external ID, capacity and
+	// context stay.
+	again := createSpec("made")
+	again.Name = "made again"
+	again.Context = map[string]string{"mine": "changed", "more": "3"}
+	var aresp structs.CSIVolumeCreateResponse
+	err = s.RPC("CSIVolume.Create", &structs.CSIVolumeCreateRequest{Volumes: []*structs.CSIVolume{again}}, &aresp)
+	must.NoError(t, err)
+	must.SliceLen(t, 1, aresp.Volumes)
+	must.Eq(t, got.ExternalID, aresp.Volumes[0].ExternalID)
 	calls, err = hostpath.ReadCalls(f.stateDir, "node-a")
 	must.NoError(t, err)
 	must.Eq(t, int64(1), calls["CreateVolume"])
+	updated, err := s.State().CSIVolumeByID(nil, structs.DefaultNamespace, "made")
+	must.NoError(t, err)
+	must.Eq(t, "made again", updated.Name)
+	must.Eq(t, got.ExternalID, updated.ExternalID)
+	must.Eq(t, got.Capacity, updated.Capacity)
+	must.Eq(t, "1", updated.Context["mine"], must.Sprint("the registered context wins"))
+	must.Eq(t, "3", updated.Context["more"])
+	for k, v := range got.Context {
+		must.Eq(t, v, updated.Context[k])
+	}
 
 	// A claimed volume is not deleted.
 	a1 := f.alloc(t, f.nodeB.ID)
 	_, err = f.claim("made", a1.ID, structs.CSIVolumeClaimStateTaken, f.nodeB.SecretID)
 	must.NoError(t, err)
+
+	// Nor is it changed by a create of its ID that drops the capability
+	// its claim uses or names other storage; the plugin is not called.
+	claimed, err := s.State().CSIVolumeByID(nil, structs.DefaultNamespace, "made")
+	must.NoError(t, err)
+	drop := createSpec("made")
+	drop.RequestedCapabilities = []*structs.CSIVolumeCapability{{
+		AccessMode: structs.CSIAccessModeMultiNodeMultiWriter, AttachmentMode: structs.CSIAttachmentModeFilesystem}}
+	drop.ExternalID = "elsewhere"
+	err = s.RPC("CSIVolume.Create", &structs.CSIVolumeCreateRequest{Volumes: []*structs.CSIVolume{drop}}, &aresp)
+	must.ErrorIs(t, err, structs.ErrInvalidRequest)
+	must.StrContains(t, err.Error(), "capability single-node-writer/file-system cannot be removed: 1 claim(s) use it")
+	must.StrContains(t, err.Error(), `external_id cannot be changed from "`+got.ExternalID+`" to "elsewhere"`)
+	after, err := s.State().CSIVolumeByID(nil, structs.DefaultNamespace, "made")
+	must.NoError(t, err)
+	must.Eq(t, claimed, after)
+	calls, err = hostpath.ReadCalls(f.stateDir, "node-a")
+	must.NoError(t, err)
+	must.Eq(t, int64(1), calls["CreateVolume"])
 	var dresp structs.CSIVolumeDeleteResponse
 	err = s.RPC("CSIVolume.Delete", &structs.CSIVolumeDeleteRequest{VolumeIDs: []string{"made"}}, &dresp)
 	must.ErrorIs(t, err, structs.ErrInvalidRequest)

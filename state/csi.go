@@ -138,6 +138,10 @@ func (s *StateStore) CSIPlugins(ws memdb.WatchSet, prefix string) ([]*structs.CS
 
 // UpsertCSIVolumes registers volumes or updates registrations, all or
 // none. Claims are the store's to keep: an update keeps existing claims.
+// An update is checked here, at apply time, with the same rules the leader
+// checks before proposing it (structs.CheckCSIVolumeUpdate): a
+// registration that raced another one, or a claim, past the leader's check
+// is refused here, and then nothing of the batch is written.
 func (s *StateStore) UpsertCSIVolumes(index uint64, vols []*structs.CSIVolume) error {
 	txn := s.db.Txn(true)
 	defer txn.Abort()
@@ -161,6 +165,10 @@ func upsertCSIVolumeTxn(txn *memdb.Txn, index uint64, vol *structs.CSIVolume) er
 	}
 	if raw != nil {
 		old := raw.(*structs.CSIVolume)
+		v.InheritUnset(old)
+		if err := structs.CheckCSIVolumeUpdate(old, v); err != nil {
+			return err
+		}
 		v.CreateIndex = old.CreateIndex
 		v.Claims = old.Copy().Claims
 	} else {

@@ -132,3 +132,74 @@ func TestStateStore_NodesByCSIController(t *testing.T) {
 	must.NoError(t, s.DeleteNodes(5, []string{"n1"}))
 	must.Eq(t, []string{}, ids("hostpath"))
 }
+
+// An update is checked when it is applied: one that changes a volume's
+// identity, or removes a capability a claim uses, is refused with the
+// leader's error, and nothing of its batch is written. A claim applied
+// between the leader's check and the update's apply is what the check
+// sees.
+func TestStateStore_CSIVolumeUpdateRefused(t *testing.T) {
+	s, err := NewStateStore()
+	must.NoError(t, err)
+	snw := &structs.CSIVolumeCapability{AccessMode: structs.CSIAccessModeSingleNodeWriter, AttachmentMode: structs.CSIAttachmentModeFilesystem}
+	snr := &structs.CSIVolumeCapability{AccessMode: structs.CSIAccessModeSingleNodeReader, AttachmentMode: structs.CSIAttachmentModeFilesystem}
+	vol := &structs.CSIVolume{ID: "v1", Namespace: structs.DefaultNamespace, PluginID: "hostpath", ExternalID: "ext-1",
+		RequestedCapabilities: []*structs.CSIVolumeCapability{snw, snr}, Parameters: map[string]string{"type": "ssd"}, Capacity: 2048}
+	must.NoError(t, s.UpsertCSIVolumes(5, []*structs.CSIVolume{vol}))
+
+	// The update the leader checked while the volume had no claim.
+	dropWriter := vol.Copy()
+	dropWriter.RequestedCapabilities = []*structs.CSIVolumeCapability{snr}
+	dropWriter.Capacity, dropWriter.Parameters = 0, nil // left out: kept
+	checked := dropWriter.Copy()
+	checked.InheritUnset(vol)
+	must.NoError(t, structs.CheckCSIVolumeUpdate(vol, checked))
+
+	// A claim in single-node-writer mode lands first.
+	claim := &structs.CSIVolumeClaim{AllocationID: "a1", NodeID: "n1", Mode: structs.CSIVolumeClaimWrite,
+		AccessMode: snw.AccessMode, AttachmentMode: snw.AttachmentMode, State: structs.CSIVolumeClaimStatePublishing}
+	must.NoError(t, s.UpdateCSIVolumeClaim(6, structs.DefaultNamespace, "v1", claim))
+	claimed, err := s.CSIVolumeByID(nil, structs.DefaultNamespace, "v1")
+	must.NoError(t, err)
+
+	otherExt := vol.Copy()
+	otherExt.ExternalID = "ext-2"
+	fresh := &structs.CSIVolume{ID: "v2", Namespace: structs.DefaultNamespace, PluginID: "hostpath", ExternalID: "ext-v2",
+		RequestedCapabilities: []*structs.CSIVolumeCapability{snw}}
+	for name, tc := range map[string]struct {
+		update *structs.CSIVolume
+		want   string
+	}{
+		"capability in use": {dropWriter, `volume "v1": invalid request: capability single-node-writer/file-system cannot be removed: 1 claim(s) use it`},
+		"external id":       {otherExt, `volume "v1": invalid request: external_id cannot be changed from "ext-1" to "ext-2"`},
+	} {
+		t.Run(name, func(t *testing.T) {
+			err := s.UpsertCSIVolumes(7, []*structs.CSIVolume{fresh, tc.update})
+			must.ErrorIs(t, err, structs.ErrInvalidRequest)
+			must.EqError(t, err, tc.want)
+
+			got, err := s.CSIVolumeByID(nil, structs.DefaultNamespace, "v1")
+			must.NoError(t, err)
+			must.Eq(t, claimed, got, must.Sprint("a refused update changed the volume"))
+			must.Eq(t, uint64(6), got.ModifyIndex)
+			other, err := s.CSIVolumeByID(nil, structs.DefaultNamespace, "v2")
+			must.NoError(t, err)
+			must.Nil(t, other, must.Sprint("the batch's other volume was written"))
+			idx, err := s.Index(TableCSIVolumes)
+			must.NoError(t, err)
+			must.Eq(t, uint64(6), idx)
+		})
+	}
+
+	// Once the claim is freed the same update applies, keeping what it
+	// left out.
+	must.NoError(t, s.UpdateCSIVolumeClaim(8, structs.DefaultNamespace, "v1", &structs.CSIVolumeClaim{AllocationID: "a1"}))
+	must.NoError(t, s.UpsertCSIVolumes(9, []*structs.CSIVolume{dropWriter}))
+	got, err := s.CSIVolumeByID(nil, structs.DefaultNamespace, "v1")
+	must.NoError(t, err)
+	must.Eq(t, []*structs.CSIVolumeCapability{snr}, got.RequestedCapabilities)
+	must.Eq(t, int64(2048), got.Capacity)
+	must.Eq(t, "ssd", got.Parameters["type"])
+	must.Eq(t, uint64(9), got.ModifyIndex)
+	must.Eq(t, uint64(5), got.CreateIndex)
+}

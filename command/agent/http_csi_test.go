@@ -2,6 +2,7 @@ package agent
 
 import (
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/google/uuid"
@@ -92,6 +93,25 @@ func TestHTTP_CSIVolumes(t *testing.T) {
 	must.True(t, vol["Schedulable"].(bool))
 	must.EqOp(t, "hostpath.csi.roam.dev", vol["Provider"].(string))
 
+	t.Run("changing a volume's identity is 400 naming the field", func(t *testing.T) {
+		var before map[string]any
+		get(t, a, "/v1/volume/csi/vol1", &before)
+		body := strings.Replace(testVolumeBody, `"ExternalID": "ext-vol1", "PluginID": "hostpath"`,
+			`"ExternalID": "ext-other", "PluginID": "other"`, 1)
+		res := send(t, a, http.MethodPut, "/v1/volume/csi/vol1", []byte(body))
+		must.EqOp(t, http.StatusBadRequest, res.code, must.Sprint(string(res.body)))
+		// An unknown plugin is refused first; a known one would be refused
+		// as a change of plugin_id.
+		must.StrContains(t, string(res.body), `unknown plugin "other"`)
+		body = strings.Replace(testVolumeBody, `"ExternalID": "ext-vol1"`, `"ExternalID": "ext-other"`, 1)
+		res = send(t, a, http.MethodPut, "/v1/volume/csi/vol1", []byte(body))
+		must.EqOp(t, http.StatusBadRequest, res.code, must.Sprint(string(res.body)))
+		must.StrContains(t, string(res.body), `volume "vol1": invalid request: external_id cannot be changed from "ext-vol1" to "ext-other"`)
+		var after map[string]any
+		get(t, a, "/v1/volume/csi/vol1", &after)
+		must.Eq(t, before, after)
+	})
+
 	var vols []*structs.CSIVolListStub
 	res = get(t, a, "/v1/volumes?type=csi&plugin_id=hostpath", &vols)
 	requireReadHeaders(t, res.header)
@@ -133,6 +153,13 @@ func TestNomadAPI_CSI(t *testing.T) {
 	registerCSINode(t, a)
 	_, err = c.CSIVolumes().Register(vol, nil)
 	must.NoError(t, err)
+
+	// The volume's identity is fixed: Nomad's client gets the 400.
+	moved := *vol
+	moved.ExternalID = "ext-elsewhere"
+	_, err = c.CSIVolumes().Register(&moved, nil)
+	must.ErrorContains(t, err, "400")
+	must.ErrorContains(t, err, `external_id cannot be changed from "ext-web" to "ext-elsewhere"`)
 
 	list, qm, err := c.CSIVolumes().List(nil)
 	must.NoError(t, err)
