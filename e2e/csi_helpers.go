@@ -431,6 +431,12 @@ func (cc *csiCluster) clientIndex(name string) int {
 // /bin/sh with the group's CSI volume "data" (source, per_alloc as given)
 // mounted at $ROAM_TASK_DIR/data. groupExtra is more HCL for the group.
 func csiJob(id, typ string, count int, source string, perAlloc bool, groupExtra, script string) string {
+	return csiJobTask(id, typ, count, source, perAlloc, groupExtra, "", script)
+}
+
+// csiJobTask is csiJob with taskExtra, more HCL for the task (kill_signal,
+// kill_timeout, ...).
+func csiJobTask(id, typ string, count int, source string, perAlloc bool, groupExtra, taskExtra, script string) string {
 	return fmt.Sprintf(`job %q {
   type        = %q
   datacenters = ["dc1"]
@@ -452,6 +458,7 @@ func csiJob(id, typ string, count int, source string, perAlloc bool, groupExtra,
         command = "/bin/sh"
         args    = ["-c", %q]
       }
+%s
       volume_mount {
         volume      = "data"
         destination = "data"
@@ -463,7 +470,7 @@ func csiJob(id, typ string, count int, source string, perAlloc bool, groupExtra,
     }
   }
 }
-`, id, typ, count, groupExtra, source, perAlloc, script)
+`, id, typ, count, groupExtra, source, perAlloc, script, taskExtra)
 }
 
 // oneAlloc is a WaitJobAllocs condition: exactly one allocation, in client

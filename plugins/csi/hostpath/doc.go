@@ -20,6 +20,7 @@
 //	snapshots/<snap-id>/    a snapshot's copy of its source volume's data
 //	overlaps-<node-id>      overlap count of the process with that node ID
 //	calls-<node-id>.json    destructive controller calls that reached it
+//	calllog-<node-id>.jsonl timed record of its volume calls, one a line
 //
 // state.json is a JSON object (version 1):
 //

@@ -39,6 +39,7 @@ type Plugin struct {
 	sock    string
 	store   *store
 	tracker *overlapTracker // nil unless the controller service is served
+	calls   *callLog
 	server  *grpc.Server
 
 	// mu guards the lifecycle fields below.
@@ -87,6 +88,9 @@ func New(cfg *Config) (*Plugin, error) {
 		if p.tracker, err = newOverlapTracker(c.StateDir, c.NodeID, logger); err != nil {
 			return nil, err
 		}
+	}
+	if p.calls, err = openCallLog(CallLogFile(c.StateDir, c.NodeID), DefaultCallLogLimit, logger); err != nil {
+		return nil, err
 	}
 	p.server = grpc.NewServer(
 		grpc.UnaryInterceptor(p.intercept),
@@ -185,7 +189,7 @@ func (p *Plugin) Stop(ctx context.Context) error {
 	p.stopping = true
 	p.mu.Unlock()
 	if !started {
-		return nil
+		return p.calls.close()
 	}
 	p.stopOnce.Do(func() {
 		go func() {
@@ -196,6 +200,11 @@ func (p *Plugin) Stop(ctx context.Context) error {
 			}
 			if rmErr := removeSocket(p.sock); rmErr != nil && p.stopErr == nil {
 				p.stopErr = rmErr
+			}
+			// No handler runs any more (WaitForHandlers), so nothing
+			// records a call after this.
+			if clErr := p.calls.close(); clErr != nil && p.stopErr == nil {
+				p.stopErr = clErr
 			}
 			p.logger.Info("stopped CSI plugin")
 			close(p.stopped)
@@ -240,13 +249,14 @@ func (p *Plugin) registerNode() error {
 }
 
 // intercept counts destructive controller calls for the overlap detector
-// around the whole call, translates plain errors into INTERNAL, and logs.
+// around the whole call, translates plain errors into INTERNAL, records
+// volume calls in the call log, and logs.
 func (p *Plugin) intercept(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	start := time.Now()
 	if method, ok := destructiveMethods[info.FullMethod]; ok && p.tracker != nil {
 		done := p.tracker.start(method)
 		defer done()
 	}
-	start := time.Now()
 	resp, err := handler(ctx, req)
 	if err != nil {
 		if _, ok := status.FromError(err); !ok {
@@ -255,6 +265,17 @@ func (p *Plugin) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 		p.logger.Debug("CSI call failed", "method", info.FullMethod, "duration", time.Since(start), "error", err)
 	} else {
 		p.logger.Trace("CSI call", "method", info.FullMethod, "duration", time.Since(start))
+	}
+	if method, ok := loggedMethod(info.FullMethod); ok {
+		volID, nodeID := callTarget(info.FullMethod, p.cfg.NodeID, req, resp)
+		r := CallRecord{
+			Method: method, VolumeID: volID, NodeID: nodeID,
+			StartUnixNano: start.UnixNano(), EndUnixNano: time.Now().UnixNano(),
+		}
+		if err != nil {
+			r.Error = err.Error()
+		}
+		p.calls.record(r)
 	}
 	return resp, err
 }
