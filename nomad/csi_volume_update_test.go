@@ -54,7 +54,7 @@ func updateVolume() *structs.CSIVolume {
 
 // setClaim checkpoints the allocation's write claim on v1 in state, ""
 // freeing it.
-func (f *updateFixture) setClaim(t *testing.T, state string) {
+func (f *updateFixture) setClaim(t *testing.T, state structs.CSIClaimState) {
 	t.Helper()
 	claim := &structs.CSIVolumeClaim{AllocationID: f.alloc.ID, NodeID: f.node.ID, ExternalNodeID: "n1",
 		Mode: structs.CSIVolumeClaimWrite, AccessMode: capSNW.AccessMode, AttachmentMode: capSNW.AttachmentMode, State: state}
