@@ -49,6 +49,12 @@ type Config struct {
 	// PublishTimeout is how long a claim may sit in publishing before it
 	// is released although its allocation runs.
 	PublishTimeout time.Duration
+	// ClientReleaseGrace is how long the watcher leaves a taken claim to
+	// its own client once the client reported the allocation terminal: a
+	// live client unpublishes and releases its claims itself right after,
+	// and stepping in at once only sends the node plugin every unpublish
+	// twice. A node that is down gets no grace.
+	ClientReleaseGrace time.Duration
 	// Now is the clock; time.Now when nil.
 	Now func() time.Time
 }
@@ -57,10 +63,11 @@ type Config struct {
 // are the caller's.
 func DefaultConfig() Config {
 	return Config{
-		PerPlugin:      4,
-		Interval:       time.Second,
-		MaxBackoff:     30 * time.Second,
-		PublishTimeout: 2 * time.Minute,
+		PerPlugin:          4,
+		Interval:           time.Second,
+		MaxBackoff:         30 * time.Second,
+		PublishTimeout:     2 * time.Minute,
+		ClientReleaseGrace: 5 * time.Second,
 	}
 }
 
@@ -75,6 +82,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("volumewatcher: PerPlugin = %d, must be at least 1", c.PerPlugin)
 	case c.Interval <= 0:
 		return fmt.Errorf("volumewatcher: Interval = %s, must be positive", c.Interval)
+	case c.ClientReleaseGrace < 0:
+		return fmt.Errorf("volumewatcher: ClientReleaseGrace = %s, must not be negative", c.ClientReleaseGrace)
 	case c.MaxBackoff < c.Interval:
 		return fmt.Errorf("volumewatcher: MaxBackoff = %s, must be at least Interval (%s)", c.MaxBackoff, c.Interval)
 	}
@@ -85,6 +94,8 @@ type claimKey struct{ vol, alloc string }
 
 // claimTrack is what the watcher remembers of one claim between passes.
 type claimTrack struct {
+	// seen is when the watcher first found the claim due.
+	seen    time.Time
 	running bool
 	backoff time.Duration
 	next    time.Time // earliest next attempt after a failure
@@ -207,9 +218,18 @@ func (w *Watcher) due(ws memdb.WatchSet, store *state.StateStore, v *structs.CSI
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	t := w.claims[claimKey{v.ID, claim.AllocationID}]
-	if t != nil && (t.running || now.Before(t.next)) {
+	k := claimKey{v.ID, claim.AllocationID}
+	t := w.claims[k]
+	if t == nil {
+		t = &claimTrack{seen: now}
+		w.claims[k] = t
+	}
+	if t.running || now.Before(t.next) {
 		return false, nil
+	}
+	if claim.State == structs.CSIVolumeClaimStateTaken && alloc != nil && node != nil &&
+		node.Status != structs.NodeStatusDown && now.Sub(t.seen) < w.cfg.ClientReleaseGrace {
+		return false, nil // its own client is releasing it
 	}
 	return w.inPlugin[v.PluginID] < w.cfg.PerPlugin, nil
 }
@@ -218,10 +238,6 @@ func (w *Watcher) due(ws memdb.WatchSet, store *state.StateStore, v *structs.CSI
 func (w *Watcher) start(ctx context.Context, wg *sync.WaitGroup, k claimKey, pluginID string, from structs.CSIClaimState) {
 	w.mu.Lock()
 	t := w.claims[k]
-	if t == nil {
-		t = &claimTrack{}
-		w.claims[k] = t
-	}
 	t.running = true
 	w.inPlugin[pluginID]++
 	w.mu.Unlock()

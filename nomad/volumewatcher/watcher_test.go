@@ -116,13 +116,14 @@ func (w *world) clientDone(t *testing.T, a *structs.Allocation) {
 	must.NoError(t, w.store.UpdateAllocsFromClient(w.next(), []*structs.Allocation{c}))
 }
 
-func startWatcher(t *testing.T, w *world, r Releaser, perPlugin int) {
+func startWatcher(t *testing.T, w *world, r Releaser, perPlugin int, grace time.Duration) {
 	cfg := DefaultConfig()
 	cfg.State = func() *state.StateStore { return w.store }
 	cfg.Releaser = r
 	cfg.PerPlugin = perPlugin
 	cfg.Interval = 50 * time.Millisecond
 	cfg.MaxBackoff = 200 * time.Millisecond
+	cfg.ClientReleaseGrace = grace
 	wt, err := New(cfg)
 	must.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -150,7 +151,7 @@ func TestWatcher_WaitsForTheClient(t *testing.T) {
 	r := newFakeReleaser()
 	a := w.claimed(t, "v1", "p", structs.AllocClientStatusRunning)
 	w.claimed(t, "v2", "p", structs.AllocClientStatusComplete)
-	startWatcher(t, w, r, 4)
+	startWatcher(t, w, r, 4, 0)
 
 	// v2 is released; by then the watcher has passed over v1 at least
 	// once without touching it.
@@ -173,7 +174,7 @@ func TestWatcher_HungPluginDelaysOnlyItsOwn(t *testing.T) {
 		r.pluginOf[id] = "plugin-a"
 		w.claimed(t, id, "plugin-a", structs.AllocClientStatusComplete)
 	}
-	startWatcher(t, w, r, perPlugin)
+	startWatcher(t, w, r, perPlugin, 0)
 	waitFor(t, "plugin-a's lane full of hung releases", func() bool {
 		r.mu.Lock()
 		defer r.mu.Unlock()
@@ -214,7 +215,7 @@ func TestWatcher_BacksOffFailedReleases(t *testing.T) {
 	r := newFakeReleaser()
 	r.fail["v1"] = fmt.Errorf("node detach: %w", structs.ErrCSIUnavailable)
 	w.claimed(t, "v1", "p", structs.AllocClientStatusComplete)
-	startWatcher(t, w, r, 4)
+	startWatcher(t, w, r, 4, 0)
 
 	// Interval 50ms, backoff 50, 100, 200, 200ms: 5 tries take at least
 	// 550ms. A watcher without backoff would make them in one interval.
@@ -230,12 +231,34 @@ func TestWatcher_InUseIsNotAFailure(t *testing.T) {
 	r := newFakeReleaser()
 	r.fail["v1"] = fmt.Errorf("%w: volume v1", structs.ErrClaimInProgress)
 	w.claimed(t, "v1", "p", structs.AllocClientStatusComplete)
-	startWatcher(t, w, r, 4)
+	startWatcher(t, w, r, 4, 0)
 	// Six tries at the 50ms interval take at least 250ms: not a busy loop
 	// (a release that ends wakes the watcher at once).
 	start := time.Now()
 	waitFor(t, "retried at the interval", func() bool { return r.startedCount("v1") >= 6 })
 	must.Greater(t, 250*time.Millisecond, time.Since(start))
+}
+
+// A taken claim whose client just reported its allocation done is left to
+// that client for the grace; a claim on a down node is not.
+func TestWatcher_LeavesATakenClaimToItsClient(t *testing.T) {
+	w := newWorld(t)
+	r := newFakeReleaser()
+	w.claimed(t, "v1", "p", structs.AllocClientStatusComplete)
+	const grace = 300 * time.Millisecond
+	start := time.Now()
+	startWatcher(t, w, r, 4, grace)
+	waitFor(t, "v1 released after the grace", func() bool { return r.finishedCount("v1") > 0 })
+	must.Greater(t, grace, time.Since(start))
+
+	lost := newWorld(t)
+	lr := newFakeReleaser()
+	lost.claimed(t, "v2", "p", structs.AllocClientStatusRunning)
+	down := lost.node.Copy()
+	down.Status = structs.NodeStatusDown
+	must.NoError(t, lost.store.UpsertNode(lost.next(), down))
+	startWatcher(t, lost, lr, 4, time.Hour)
+	waitFor(t, "v2 released at once: its node is down", func() bool { return lr.finishedCount("v2") > 0 })
 }
 
 func TestConfig_Validate(t *testing.T) {
@@ -249,6 +272,7 @@ func TestConfig_Validate(t *testing.T) {
 		"zero per plugin":  func(c *Config) { c.PerPlugin = 0 },
 		"zero interval":    func(c *Config) { c.Interval = 0 },
 		"backoff too tiny": func(c *Config) { c.MaxBackoff = c.Interval / 2 },
+		"negative grace":   func(c *Config) { c.ClientReleaseGrace = -1 },
 	} {
 		t.Run(name, func(t *testing.T) {
 			c := good
