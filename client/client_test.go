@@ -407,6 +407,7 @@ func TestConfig_Validate(t *testing.T) {
 		{"zero retry timeout", func(c *Config) { c.RPCRetryTimeout = 0 }, "retry timeout"},
 		{"backoff range inverted", func(c *Config) { c.MaxRetryBackoff = c.MinRetryBackoff / 2 }, "backoff"},
 		{"zero dial timeout", func(c *Config) { c.DialTimeout = 0 }, "dial timeout"},
+		{"zero csi node call timeout", func(c *Config) { c.CSINodeCallTimeout = 0 }, "csi node call timeout"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := valid()

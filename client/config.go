@@ -55,6 +55,15 @@ type Config struct {
 	// node reconnecting after a server restart, or failing over), before
 	// the allocation fails for good.
 	CSIControllerWait time.Duration
+	// CSINodeCallTimeout bounds each node plugin call the client makes on
+	// its own (NodeStageVolume, NodePublishVolume, NodeUnpublishVolume,
+	// NodeUnstageVolume and the capability checks around them) and the
+	// whole of a server's ClientCSI.NodeDetachVolume request, so that a
+	// hung node plugin holds up only its own volumes. A call past it fails
+	// with an error wrapping structs.ErrCSIUnavailable: it may be retried
+	// and may or may not have taken effect. The servers'
+	// CSINodeDetachTimeout must be longer, so the answer reaches them.
+	CSINodeCallTimeout time.Duration
 
 	Logger hclog.Logger
 }
@@ -114,6 +123,9 @@ func DefaultConfig() *Config {
 		CSIFingerprintInterval:   30 * time.Second,
 		CSIControllerCallTimeout: 2 * time.Minute,
 		CSIControllerWait:        time.Minute,
+		// Under the servers' default node detach timeout (1m), with room
+		// for the answer to get back to them.
+		CSINodeCallTimeout: 50 * time.Second,
 
 		Logger: hclog.NewNullLogger(),
 	}
@@ -140,6 +152,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("client config: csi controller call timeout = %s, must be positive", c.CSIControllerCallTimeout)
 	case c.CSIControllerWait < 0:
 		return fmt.Errorf("client config: csi controller wait = %s, must not be negative", c.CSIControllerWait)
+	case c.CSINodeCallTimeout <= 0:
+		return fmt.Errorf("client config: csi node call timeout = %s, must be positive", c.CSINodeCallTimeout)
 	}
 	for id, p := range c.CSIPlugins {
 		if err := p.Validate(); err != nil {

@@ -21,7 +21,10 @@ func (c *Client) setupCSI() error {
 		Plugins: c.csi,
 		Claim:   c.claimCSIVolume,
 		Release: c.releaseCSIVolume,
-		Logger:  c.logger,
+		// Bounds the node plugin calls and the servers' NodeDetachVolume
+		// requests: a hung plugin holds up only its own volumes.
+		NodeCallTimeout: c.config.CSINodeCallTimeout,
+		Logger:          c.logger,
 	})
 	ids := make([]string, 0, len(c.config.CSIPlugins))
 	for id := range c.config.CSIPlugins {

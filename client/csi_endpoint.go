@@ -240,7 +240,11 @@ func csiSnapshot(pluginID string, s *csi.Snapshot) *structs.CSISnapshot {
 
 // NodeDetachVolume unpublishes a volume from an allocation on this client
 // and unstages it once no allocation here uses it. The server calls it
-// when it frees a claim the client did not release itself.
+// when it frees a claim the client did not release itself. It answers
+// within the client's CSINodeCallTimeout: a plugin that does not finish
+// by then is an error wrapping structs.ErrCSIUnavailable, and the server
+// tries again later. Other volumes, of this plugin or another, are
+// detached meanwhile.
 func (e *ClientCSI) NodeDetachVolume(args *structs.ClientCSINodeDetachVolumeRequest, reply *structs.ClientCSINodeDetachVolumeResponse) error {
 	return e.nodeDetachVolume(context.Background(), args, reply)
 }

@@ -51,16 +51,28 @@ type csiVolumeManagerConfig struct {
 	// to register here (a plugin task starting with, or restored after, the
 	// allocation that needs it). Zero means defaultCSIPluginWait.
 	PluginWait time.Duration
-	Logger     hclog.Logger
+	// NodeCallTimeout bounds each node plugin call, and the whole of a
+	// server's NodeDetachVolume request. Zero means
+	// defaultCSINodeCallTimeout.
+	NodeCallTimeout time.Duration
+	Logger          hclog.Logger
 }
 
 // defaultCSIPluginWait is PluginWait when unset.
 const defaultCSIPluginWait = time.Minute
 
+// defaultCSINodeCallTimeout is NodeCallTimeout when unset; the client
+// config's default.
+const defaultCSINodeCallTimeout = 50 * time.Second
+
 // csiVolumeManager mounts CSI volumes for allocations: NodeStageVolume
 // once per volume on the node (when the plugin asks for staging), then
 // NodePublishVolume per allocation, and the reverse when allocations stop.
-// Operations on one volume run one at a time.
+// Operations on one volume run one at a time; operations on different
+// volumes, of one plugin or several, never wait for each other: no lock
+// shared between volumes is held across a plugin call. Each plugin call
+// is bounded by NodeCallTimeout, so a hung plugin holds a volume's turn
+// for that long at most.
 //
 // Paths, under DataDir/csi/<plugin>/:
 //
@@ -106,6 +118,9 @@ func newCSIVolumeManager(cfg csiVolumeManagerConfig) *csiVolumeManager {
 	if cfg.PluginWait <= 0 {
 		cfg.PluginWait = defaultCSIPluginWait
 	}
+	if cfg.NodeCallTimeout <= 0 {
+		cfg.NodeCallTimeout = defaultCSINodeCallTimeout
+	}
 	return &csiVolumeManager{
 		cfg:     cfg,
 		logger:  cfg.Logger.Named("csi_volumes"),
@@ -145,12 +160,22 @@ func (m *csiVolumeManager) lock(ctx context.Context, pluginID, volumeID string) 
 	case u.sem <- struct{}{}:
 	case <-ctx.Done():
 		unref()
-		return nil, nil, fmt.Errorf("volume %s: waiting for another operation: %w", volumeID, ctx.Err())
+		// The other operation is a plugin call that has not finished yet:
+		// as retryable as the call itself.
+		return nil, nil, fmt.Errorf("%w: volume %s: waiting for another operation on it: %w",
+			structs.ErrCSIUnavailable, volumeID, ctx.Err())
 	}
 	return u, func() {
 		unref()
 		<-u.sem
 	}, nil
+}
+
+// callCtx bounds one node plugin call by NodeCallTimeout. A call past it
+// ends with DEADLINE_EXCEEDED, which the CSI boundary turns into
+// structs.ErrCSIUnavailable.
+func (m *csiVolumeManager) callCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, m.cfg.NodeCallTimeout)
 }
 
 // Mount claims, stages and publishes each of the group's volumes and
@@ -293,7 +318,9 @@ func (m *csiVolumeManager) mountOne(ctx context.Context, alloc *structs.Allocati
 	if err != nil {
 		return "", err
 	}
-	caps, err := p.client.NodeGetCapabilities(ctx)
+	cctx, cancel := m.callCtx(ctx)
+	caps, err := p.client.NodeGetCapabilities(cctx)
+	cancel()
 	if err != nil {
 		return "", err
 	}
@@ -312,7 +339,8 @@ func (m *csiVolumeManager) mountOne(ctx context.Context, alloc *structs.Allocati
 			if err := os.MkdirAll(staging, 0o700); err != nil {
 				return "", fmt.Errorf("create staging dir: %w", err)
 			}
-			_, err := p.client.NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{
+			cctx, cancel := m.callCtx(ctx)
+			_, err := p.client.NodeStageVolume(cctx, &csi.NodeStageVolumeRequest{
 				VolumeId:          vol.ExternalID,
 				PublishContext:    claim.PublishContext,
 				StagingTargetPath: staging,
@@ -320,6 +348,7 @@ func (m *csiVolumeManager) mountOne(ctx context.Context, alloc *structs.Allocati
 				Secrets:           vol.Secrets,
 				VolumeContext:     vol.Context,
 			})
+			cancel()
 			if err != nil {
 				return "", err
 			}
@@ -333,7 +362,8 @@ func (m *csiVolumeManager) mountOne(ctx context.Context, alloc *structs.Allocati
 	if err := os.MkdirAll(filepath.Dir(target), 0o700); err != nil {
 		return "", fmt.Errorf("create alloc mount dir: %w", err)
 	}
-	_, err = p.client.NodePublishVolume(ctx, &csi.NodePublishVolumeRequest{
+	cctx, cancel = m.callCtx(ctx)
+	_, err = p.client.NodePublishVolume(cctx, &csi.NodePublishVolumeRequest{
 		VolumeId:          vol.ExternalID,
 		PublishContext:    claim.PublishContext,
 		StagingTargetPath: staging,
@@ -343,6 +373,7 @@ func (m *csiVolumeManager) mountOne(ctx context.Context, alloc *structs.Allocati
 		Secrets:           vol.Secrets,
 		VolumeContext:     vol.Context,
 	})
+	cancel()
 	if err != nil {
 		// Staged with no user: leave it staged; the next unmount of the
 		// volume, or NodeDetachVolume, unstages it.
@@ -410,7 +441,9 @@ func (m *csiVolumeManager) unmountOne(ctx context.Context, allocID string, mnt *
 	}
 	defer unlock()
 
-	_, err = p.client.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: mnt.ExternalID, TargetPath: mnt.Target})
+	cctx, cancel := m.callCtx(ctx)
+	_, err = p.client.NodeUnpublishVolume(cctx, &csi.NodeUnpublishVolumeRequest{VolumeId: mnt.ExternalID, TargetPath: mnt.Target})
+	cancel()
 	if err != nil && !errors.Is(err, structs.ErrCSINotFound) {
 		return err
 	}
@@ -418,7 +451,9 @@ func (m *csiVolumeManager) unmountOne(ctx context.Context, allocID string, mnt *
 	if len(u.users) > 0 || (!u.staged && !unknown) {
 		return nil
 	}
-	caps, err := p.client.NodeGetCapabilities(ctx)
+	cctx, cancel = m.callCtx(ctx)
+	caps, err := p.client.NodeGetCapabilities(cctx)
+	cancel()
 	if err != nil {
 		return err
 	}
@@ -426,10 +461,12 @@ func (m *csiVolumeManager) unmountOne(ctx context.Context, allocID string, mnt *
 		u.staged = false
 		return nil
 	}
-	_, err = p.client.NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{
+	cctx, cancel = m.callCtx(ctx)
+	_, err = p.client.NodeUnstageVolume(cctx, &csi.NodeUnstageVolumeRequest{
 		VolumeId:          mnt.ExternalID,
 		StagingTargetPath: m.stagingPath(mnt.PluginID, mnt.VolumeID),
 	})
+	cancel()
 	if err != nil && !errors.Is(err, structs.ErrCSINotFound) {
 		return err
 	}
@@ -438,8 +475,15 @@ func (m *csiVolumeManager) unmountOne(ctx context.Context, allocID string, mnt *
 	return nil
 }
 
-// detach serves ClientCSI.NodeDetachVolume.
+// detach serves ClientCSI.NodeDetachVolume. The whole request, waiting
+// for the volume's turn included, is bounded by NodeCallTimeout: the
+// server that asked waits a little longer than that, so it gets this
+// client's answer, and a hung plugin makes it an error wrapping
+// structs.ErrCSIUnavailable (not done, may be retried) rather than a call
+// that never returns.
 func (m *csiVolumeManager) detach(ctx context.Context, args *structs.ClientCSINodeDetachVolumeRequest) error {
+	ctx, cancel := context.WithTimeout(ctx, m.cfg.NodeCallTimeout)
+	defer cancel()
 	var (
 		mnt  *csiAllocMount
 		name string

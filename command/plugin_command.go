@@ -31,6 +31,11 @@ const pluginCSIHostpathUsage = `Usage: roam plugin csi-hostpath -endpoint unix:/
   stops accepting calls and lets in-flight calls finish; a second signal exits
   at once.
 
+  For tests, a file named fault-hang-node-unpublish (or
+  fault-hang-node-unpublish-NODE_ID) in -state-dir makes NodeUnpublishVolume
+  hang until its caller gives up, or, if the file says "forever", until the
+  file is removed; see the package documentation of plugins/csi/hostpath.
+
 Options:
 `
 

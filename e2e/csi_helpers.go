@@ -76,6 +76,9 @@ type csiOpts struct {
 	// ExternalPlugins starts the plugins as processes outside Roam, named
 	// by socket in each client's config, instead of as system jobs.
 	ExternalPlugins bool
+	// ServerConfigExtra and ClientConfigExtra are Opts' fields of the same
+	// names: more HCL for every server (client), such as shorter timeouts.
+	ServerConfigExtra, ClientConfigExtra string
 }
 
 // startCSICluster starts the cluster and one monolith hostpath plugin per
@@ -159,8 +162,10 @@ func startCSICluster(t *testing.T, opts csiOpts) *csiCluster {
 	}
 
 	cc.Cluster = StartCluster(t, Opts{
-		Servers: opts.Servers,
-		Clients: opts.Clients,
+		Servers:           opts.Servers,
+		Clients:           opts.Clients,
+		ServerConfigExtra: opts.ServerConfigExtra,
+		ClientConfigExtra: opts.ClientConfigExtra,
 		ClientConfigFor: func(name string) string {
 			if !opts.ExternalPlugins {
 				return ""

@@ -81,9 +81,12 @@ type Config struct {
 	// name the node to be released before they are stopped anyway.
 	DrainClaimGrace time.Duration
 
-	// CSINodeDetachTimeout bounds one ClientCSI.NodeDetachVolume call the
-	// leader makes while releasing a claim, so a hung node plugin holds up
-	// only its own volume's release, which is retried later.
+	// CSINodeDetachTimeout bounds one ClientCSI.NodeDetachVolume call, the
+	// node-side part of releasing a claim, so that a hung node plugin holds
+	// up only its own volumes. It must exceed every client's
+	// CSINodeCallTimeout, which bounds the same work on the client: a
+	// client then answers with its own error (the plugin did not finish)
+	// before the server gives up and knows only that the outcome is unknown.
 	CSINodeDetachTimeout time.Duration
 
 	// RPCHoldTimeout is how long a request waits for a leader before
@@ -141,6 +144,7 @@ func TestConfig(t testing.TB) *Config {
 	c.HeartbeatGrace = 250 * time.Millisecond
 	c.FailoverHeartbeatTTL = 500 * time.Millisecond
 	c.RPCHoldTimeout = 2 * time.Second
+	c.CSINodeDetachTimeout = 5 * time.Second
 	rc := raft.DefaultConfig()
 	// Fast, but with room for a loaded 2-core CI machine running -race:
 	// shorter timers make leaders step down under load.
@@ -194,10 +198,10 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("config: failover heartbeat ttl = %s, must be positive", c.FailoverHeartbeatTTL)
 	case c.DrainClaimGrace < 0:
 		return fmt.Errorf("config: drain claim grace = %s, must not be negative", c.DrainClaimGrace)
-	case c.LeaveDrainTimeout < 0:
-		return fmt.Errorf("config: leave drain timeout = %s, must not be negative", c.LeaveDrainTimeout)
 	case c.CSINodeDetachTimeout <= 0:
 		return fmt.Errorf("config: csi node detach timeout = %s, must be positive", c.CSINodeDetachTimeout)
+	case c.LeaveDrainTimeout < 0:
+		return fmt.Errorf("config: leave drain timeout = %s, must not be negative", c.LeaveDrainTimeout)
 	case c.RPCHoldTimeout <= 0:
 		return fmt.Errorf("config: rpc hold timeout = %s, must be positive", c.RPCHoldTimeout)
 	case c.RPCMaxFrameBytes < 1024:

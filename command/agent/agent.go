@@ -170,6 +170,7 @@ func (a *Agent) setupServer() error {
 	sc.MinHeartbeatTTL = parseDurationOr(c.Server.MinHeartbeatTTL, sc.MinHeartbeatTTL)
 	sc.FailoverHeartbeatTTL = parseDurationOr(c.Server.FailoverHeartbeatTTL, sc.FailoverHeartbeatTTL)
 	sc.LeaveDrainTimeout = parseDurationOr(c.Server.LeaveDrainTimeout, sc.LeaveDrainTimeout)
+	sc.CSINodeDetachTimeout = parseDurationOr(c.Server.CSINodeDetachTimeout, sc.CSINodeDetachTimeout)
 	sc.LeaveOnTerminate = c.LeaveOnTerminate
 	sc.Logger = a.logger.ResetNamed("")
 
@@ -192,6 +193,20 @@ func (a *Agent) setupServer() error {
 }
 
 func (a *Agent) setupClient(httpAdvertise string) error {
+	cc, err := a.clientConfig(httpAdvertise)
+	if err != nil {
+		return err
+	}
+	cl, err := client.NewClient(cc)
+	if err != nil {
+		return err
+	}
+	a.client = cl
+	return nil
+}
+
+// clientConfig maps the agent's configuration onto the client's.
+func (a *Agent) clientConfig(httpAdvertise string) (*client.Config, error) {
 	c := a.config
 	cc := client.DefaultConfig()
 	cc.DataDir = c.DataDir
@@ -202,6 +217,7 @@ func (a *Agent) setupClient(httpAdvertise string) error {
 	cc.Meta = c.Client.Meta
 	cc.HTTPAddr = httpAdvertise
 	cc.Servers = c.Client.Servers
+	cc.CSINodeCallTimeout = parseDurationOr(c.Client.CSINodeCallTimeout, cc.CSINodeCallTimeout)
 	if len(cc.Servers) == 0 && a.server != nil {
 		cc.Servers = []string{a.server.Addr()}
 	}
@@ -210,17 +226,12 @@ func (a *Agent) setupClient(httpAdvertise string) error {
 			cc.CSIPlugins = map[string]*client.CSIPluginConfig{}
 		}
 		if _, dup := cc.CSIPlugins[p.ID]; dup {
-			return fmt.Errorf("client: csi_plugin %q is configured twice", p.ID)
+			return nil, fmt.Errorf("client: csi_plugin %q is configured twice", p.ID)
 		}
 		cc.CSIPlugins[p.ID] = &client.CSIPluginConfig{ID: p.ID, Type: p.Type, Socket: p.Socket}
 	}
 	cc.Logger = a.logger.ResetNamed("")
-	cl, err := client.NewClient(cc)
-	if err != nil {
-		return err
-	}
-	a.client = cl
-	return nil
+	return cc, nil
 }
 
 // errNoRPC means the agent has neither a server nor a client to call with.

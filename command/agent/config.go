@@ -13,6 +13,9 @@ import (
 	"github.com/hashicorp/hcl/v2/gohcl"
 	"github.com/hashicorp/hcl/v2/hclparse"
 	"github.com/hashicorp/hcl/v2/hclsyntax"
+
+	"github.com/roamhq/roam/client"
+	"github.com/roamhq/roam/nomad"
 )
 
 // Config is the agent's configuration: HCL files in the shape of Nomad's
@@ -64,6 +67,9 @@ type ServerConfig struct {
 	LeaveDrainTimeout string `hcl:"leave_drain_timeout,optional"`
 	// MaxRPCFrameBytes bounds one RPC request.
 	MaxRPCFrameBytes int `hcl:"max_rpc_frame_bytes,optional"`
+	// CSINodeDetachTimeout bounds the server's ClientCSI.NodeDetachVolume
+	// call to a client; it must exceed the clients' csi_node_call_timeout.
+	CSINodeDetachTimeout string `hcl:"csi_node_detach_timeout,optional"`
 }
 
 // ServerJoin is the server_join block.
@@ -81,6 +87,10 @@ type ClientConfig struct {
 	// CSIPlugins are CSI plugins already running on the host:
 	// csi_plugin "ID" { type = "node" socket = "/path" }.
 	CSIPlugins []*CSIPluginConfig `hcl:"csi_plugin,block"`
+	// CSINodeCallTimeout bounds each node plugin call the client makes
+	// (stage, publish, unpublish, unstage) and a server's whole
+	// NodeDetachVolume request, as a Go duration string.
+	CSINodeCallTimeout string `hcl:"csi_node_call_timeout,optional"`
 }
 
 // CSIPluginConfig is a client's csi_plugin block.
@@ -168,9 +178,6 @@ func diagError(diags hcl.Diagnostics) error {
 // validateDurations checks the duration strings, reporting a bad one at
 // its place in the file.
 func (c *Config) validateDurations(body hcl.Body) hcl.Diagnostics {
-	if c.Server == nil {
-		return nil
-	}
 	check := func(value string, positive bool, path ...string) *hcl.Diagnostic {
 		if value == "" {
 			return nil
@@ -186,19 +193,25 @@ func (c *Config) validateDurations(body hcl.Body) hcl.Diagnostics {
 			Subject:  attrRange(body, path...),
 		}
 	}
-	var diags hcl.Diagnostics
-	for _, d := range []*hcl.Diagnostic{
-		check(c.Server.HeartbeatGrace, false, "server", "heartbeat_grace"),
-		check(c.Server.MinHeartbeatTTL, true, "server", "min_heartbeat_ttl"),
-		check(c.Server.FailoverHeartbeatTTL, true, "server", "failover_heartbeat_ttl"),
-		check(c.Server.LeaveDrainTimeout, false, "server", "leave_drain_timeout"),
-	} {
-		if d != nil {
-			diags = append(diags, d)
+	var checks []*hcl.Diagnostic
+	if s := c.Server; s != nil {
+		checks = append(checks,
+			check(s.HeartbeatGrace, false, "server", "heartbeat_grace"),
+			check(s.MinHeartbeatTTL, true, "server", "min_heartbeat_ttl"),
+			check(s.FailoverHeartbeatTTL, true, "server", "failover_heartbeat_ttl"),
+			check(s.LeaveDrainTimeout, false, "server", "leave_drain_timeout"),
+			check(s.CSINodeDetachTimeout, true, "server", "csi_node_detach_timeout"),
+		)
+		if j := s.ServerJoin; j != nil {
+			checks = append(checks, check(j.RetryInterval, true, "server", "server_join", "retry_interval"))
 		}
 	}
-	if j := c.Server.ServerJoin; j != nil {
-		if d := check(j.RetryInterval, true, "server", "server_join", "retry_interval"); d != nil {
+	if cl := c.Client; cl != nil {
+		checks = append(checks, check(cl.CSINodeCallTimeout, true, "client", "csi_node_call_timeout"))
+	}
+	var diags hcl.Diagnostics
+	for _, d := range checks {
+		if d != nil {
 			diags = append(diags, d)
 		}
 	}
@@ -264,6 +277,7 @@ func (c *Config) Merge(o *Config) *Config {
 		setStr(&s.MinHeartbeatTTL, o.Server.MinHeartbeatTTL)
 		setStr(&s.FailoverHeartbeatTTL, o.Server.FailoverHeartbeatTTL)
 		setStr(&s.LeaveDrainTimeout, o.Server.LeaveDrainTimeout)
+		setStr(&s.CSINodeDetachTimeout, o.Server.CSINodeDetachTimeout)
 		if o.Server.ServerJoin != nil {
 			j := ServerJoin{}
 			if s.ServerJoin != nil {
@@ -280,6 +294,7 @@ func (c *Config) Merge(o *Config) *Config {
 		cl.Enabled = cl.Enabled || o.Client.Enabled
 		cl.Servers = append(append([]string(nil), cl.Servers...), o.Client.Servers...)
 		setStr(&cl.NodeClass, o.Client.NodeClass)
+		setStr(&cl.CSINodeCallTimeout, o.Client.CSINodeCallTimeout)
 		cl.CSIPlugins = append(append([]*CSIPluginConfig(nil), cl.CSIPlugins...), o.Client.CSIPlugins...)
 		if o.Client.Meta != nil {
 			m := make(map[string]string, len(cl.Meta)+len(o.Client.Meta))
@@ -330,6 +345,23 @@ func (c *Config) Validate() error {
 	case "TRACE", "DEBUG", "INFO", "WARN", "ERROR":
 	default:
 		return fmt.Errorf("config: log_level = %q, want one of TRACE, DEBUG, INFO, WARN, ERROR", c.LogLevel)
+	}
+	return c.validateNodeTimeouts()
+}
+
+// validateNodeTimeouts checks, for an agent that is both server and client,
+// that the server waits longer for a node detach than the client lets the
+// plugin work on it: the client must have time to answer with its own
+// error. Agents that run only one side cannot see the other's setting; the
+// README states the rule for them.
+func (c *Config) validateNodeTimeouts() error {
+	if !c.Server.Enabled || !c.Client.Enabled {
+		return nil
+	}
+	server := parseDurationOr(c.Server.CSINodeDetachTimeout, nomad.DefaultConfig().CSINodeDetachTimeout)
+	node := parseDurationOr(c.Client.CSINodeCallTimeout, client.DefaultConfig().CSINodeCallTimeout)
+	if server <= node {
+		return fmt.Errorf("config: server.csi_node_detach_timeout = %s must exceed client.csi_node_call_timeout = %s", server, node)
 	}
 	return nil
 }

@@ -95,4 +95,28 @@
 // files, so evidence of an overlap is never lost. Overlaps between two
 // different plugin processes (two controllers on one state dir) are not
 // counted; compare their calls files to see which instances were used.
+//
+// # Faults
+//
+// Tests switch faults on and off at run time with files in StateDir, which
+// each call looks for when it starts (SetFault writes and removes them):
+//
+//	fault-hang-node-unpublish            every instance on the state dir
+//	fault-hang-node-unpublish-<node-id>  that instance only (checked first)
+//
+// While the file is there, NodeUnpublishVolume validates its request and
+// then hangs, before it touches the state, so other calls, for the same
+// volume or others, go on. It logs "fault injected: call hangs" at WARN
+// when it starts hanging, and again when the hang ends. The file's contents
+// say how the hang ends besides the two ways every hang ends:
+//
+//	empty or "until-cancel"  when the caller's context ends: the call fails
+//	                         with DEADLINE_EXCEEDED or CANCELLED
+//	"forever"                not when the caller gives up, as a plugin stuck
+//	                         in the kernel: it keeps running until one of the
+//	                         two ways below, long after the caller has gone
+//
+// Removing the file ends every hang within 50 ms, and the hung call then
+// unpublishes as usual (it was slow, not lost). Stopping the plugin ends a
+// hang with UNAVAILABLE. A call that fails changes nothing.
 package hostpath

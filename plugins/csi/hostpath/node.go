@@ -204,6 +204,10 @@ func (s *nodeServer) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpub
 		return nil, status.Error(codes.InvalidArgument, "target path is required")
 	}
 	target = filepath.Clean(target)
+	// Before the state lock: a hung unpublish holds up nothing else.
+	if err := s.p.hangIfFaulted(ctx, FaultHangNodeUnpublish, "NodeUnpublishVolume", "volume_id", id, "target_path", target); err != nil {
+		return nil, err
+	}
 	err := s.p.store.update(func(st *state) error {
 		if st.Volumes[id] == nil {
 			return status.Errorf(codes.NotFound, "volume %q not found", id)

@@ -49,6 +49,8 @@ type Plugin struct {
 	serveErr chan error    // receives grpc.Server.Serve's result
 	stopped  chan struct{} // closed once the server has fully stopped
 	stopErr  error
+	// quit is closed when Stop begins, ending calls hung by a fault.
+	quit chan struct{}
 
 	stopOnce sync.Once
 }
@@ -83,6 +85,7 @@ func New(cfg *Config) (*Plugin, error) {
 		sock:    sock,
 		store:   st,
 		stopped: make(chan struct{}),
+		quit:    make(chan struct{}),
 	}
 	if c.Mode.servesController() {
 		if p.tracker, err = newOverlapTracker(c.StateDir, c.NodeID, logger); err != nil {
@@ -192,6 +195,7 @@ func (p *Plugin) Stop(ctx context.Context) error {
 		return p.calls.close()
 	}
 	p.stopOnce.Do(func() {
+		close(p.quit)
 		go func() {
 			p.server.GracefulStop()
 			err := <-p.serveErr
