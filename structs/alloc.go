@@ -144,6 +144,22 @@ func (a *Allocation) ClientTerminalStatus() bool {
 	return false
 }
 
+// TasksGone reports whether the client has reported the allocation
+// terminal with none of its tasks still running. A failed task makes the
+// allocation failed at once, while its sibling tasks may still be inside
+// their kill timeout; they count until the client reports them dead.
+func (a *Allocation) TasksGone() bool {
+	if !a.ClientTerminalStatus() {
+		return false
+	}
+	for _, ts := range a.TaskStates {
+		if ts != nil && ts.State == TaskStateRunning {
+			return false
+		}
+	}
+	return true
+}
+
 // Index returns the allocation's index within its group, from its name.
 func (a *Allocation) Index() int {
 	var idx int

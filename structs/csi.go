@@ -53,6 +53,18 @@ var CSIClaimStates = []CSIClaimState{
 	CSIVolumeClaimStateNodeDetached, CSIVolumeClaimStateControllerDetached,
 }
 
+// CSIClaimReleasable says whether a claim of alloc on node may be
+// released: the allocation's tasks are known to be gone. That is so when
+// the client reported the allocation terminal with no task still running,
+// when the allocation is gone from state, or when the node is down or gone
+// (its claims are then fenced by the controller detach). An allocation the
+// servers asked to stop is not enough: its tasks may still be inside their
+// kill timeout, writing. Every decision that a claim is free uses this
+// rule (nomad/csiclaim.Releasable is the same, for the claim core).
+func CSIClaimReleasable(alloc *Allocation, node *Node) bool {
+	return alloc == nil || alloc.TasksGone() || node == nil || node.Status == NodeStatusDown
+}
+
 // ErrCSIMaxClaims means a volume has no room for another claim in the
 // requested mode.
 var ErrCSIMaxClaims = errors.New("volume max claims reached")

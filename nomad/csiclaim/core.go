@@ -16,6 +16,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/roamhq/roam/structs"
@@ -206,18 +208,28 @@ type Input struct {
 
 // Releasable says whether a claim of alloc on node may be released: the
 // allocation's tasks are known to be gone. That is so when the client has
-// reported the allocation terminal, when the allocation is gone from
-// state, or when the node is down or gone (its claims are then fenced by
-// the controller detach). An allocation the servers asked to stop is not
-// enough: its tasks may still be inside their kill timeout, writing. This
-// is the one rule everything that decides a claim is free uses.
+// reported the allocation terminal with no task still running, when the
+// allocation is gone from state, or when the node is down or gone (its
+// claims are then fenced by the controller detach). An allocation the
+// servers asked to stop is not enough: its tasks may still be inside their
+// kill timeout, writing. This is the one rule everything that decides a
+// claim is free uses (structs.CSIClaimReleasable, which the state store
+// also checks at apply time).
 func Releasable(alloc *structs.Allocation, node *structs.Node) bool {
-	return alloc == nil || alloc.ClientTerminalStatus() || nodeGoneOrDown(node)
+	return structs.CSIClaimReleasable(alloc, node)
 }
 
 // WhyHeld says, for an allocation whose claim is not Releasable, what
 // holds it, in words for an error or a scheduler's reason.
 func WhyHeld(alloc *structs.Allocation) string {
+	if alloc.ClientTerminalStatus() {
+		for _, name := range slices.Sorted(maps.Keys(alloc.TaskStates)) {
+			if ts := alloc.TaskStates[name]; ts != nil && ts.State == structs.TaskStateRunning {
+				return fmt.Sprintf("allocation %s is %s but its task %q still runs on node %s",
+					alloc.ID, alloc.ClientStatus, name, alloc.NodeID)
+			}
+		}
+	}
 	return fmt.Sprintf("allocation %s is still %s on node %s (desired %s)",
 		alloc.ID, orPending(alloc.ClientStatus), alloc.NodeID, alloc.DesiredStatus)
 }

@@ -36,10 +36,11 @@ const (
 	evFinal         event = "first call failed, final"
 	evUnknown       event = "first call's outcome unknown"
 	evPublishStale  event = "claim left in publishing past its timeout"
+	evSibling       event = "one task failed; a sibling task still runs"
 )
 
 var releaseEvents = []event{evRunning, evStopRequested, evExited, evAllocGone, evNodeDown, evNodeGone,
-	evNodeReleased, evPluginAbsent, evNoController, evRetryable, evFinal, evUnknown, evPublishStale}
+	evNodeReleased, evPluginAbsent, evNoController, evRetryable, evFinal, evUnknown, evPublishStale, evSibling}
 
 var claimEvents = []event{evRunning, evStopRequested, evExited, evAllocGone, evNodeDown, evNodeGone,
 	evPluginAbsent, evNoController, evRetryable, evFinal, evUnknown}
@@ -87,6 +88,12 @@ func world(goal Goal, st structs.CSIClaimState, ev event) (Input, Result) {
 			alloc.ClientStatus = structs.AllocClientStatusComplete
 		}
 		first = map[event]Result{evRetryable: ResultRetryable, evFinal: ResultFinal, evUnknown: ResultUnknown}[ev]
+	case evSibling:
+		alloc.ClientStatus = structs.AllocClientStatusFailed
+		alloc.TaskStates = map[string]*structs.TaskState{
+			"sidecar": {State: structs.TaskStateDead, Failed: true},
+			"writer":  {State: structs.TaskStateRunning},
+		}
 	case evPublishStale:
 		if in.Claim != nil {
 			in.Claim.UpdatedAt = t0.Add(-publishTimeout - time.Second).UnixNano()
@@ -176,6 +183,7 @@ var releaseTable = map[structs.CSIClaimState]map[event]string{
 		evRunning: "done", evStopRequested: "done", evExited: "done", evAllocGone: "done",
 		evNodeDown: "done", evNodeGone: "done", evNodeReleased: "done", evPluginAbsent: "done",
 		evNoController: "done", evRetryable: "done", evFinal: "done", evUnknown: "done", evPublishStale: "done",
+		evSibling: "done",
 	},
 	structs.CSIVolumeClaimStatePublishing: {
 		evRunning:       inUse,
@@ -192,6 +200,7 @@ var releaseTable = map[structs.CSIClaimState]map[event]string{
 		evFinal:        steps("checkpoint unpublishing", "call node-detach", "fail"),
 		evUnknown:      steps("checkpoint unpublishing", "call node-detach", "fail"),
 		evPublishStale: fullRelease,
+		evSibling:      inUse,
 	},
 	structs.CSIVolumeClaimStateTaken: {
 		evRunning:       inUse,
@@ -208,6 +217,7 @@ var releaseTable = map[structs.CSIClaimState]map[event]string{
 		evFinal:        steps("checkpoint unpublishing", "call node-detach", "fail"),
 		evUnknown:      steps("checkpoint unpublishing", "call node-detach", "fail"),
 		evPublishStale: inUse, // only publishing goes stale
+		evSibling:      inUse, // the failed task's siblings may still be in their kill timeout
 	},
 	// A release that stopped part way goes on: whoever began it saw the
 	// tasks gone (or the node's own release said so).
@@ -226,6 +236,7 @@ var releaseTable = map[structs.CSIClaimState]map[event]string{
 		evFinal:        steps("call node-detach", "fail"),
 		evUnknown:      steps("call node-detach", "fail"),
 		evPublishStale: fromUnpublishing,
+		evSibling:      fromUnpublishing,
 	},
 	structs.CSIVolumeClaimStateNodeDetached: {
 		evRunning:       fromNodeDetached,
@@ -241,6 +252,7 @@ var releaseTable = map[structs.CSIClaimState]map[event]string{
 		evFinal:         steps("call controller-unpublish", "fail"),
 		evUnknown:       steps("call controller-unpublish", "fail"),
 		evPublishStale:  fromNodeDetached,
+		evSibling:       fromNodeDetached,
 	},
 	structs.CSIVolumeClaimStateControllerDetached: {
 		evRunning: "checkpoint freed, done", evStopRequested: "checkpoint freed, done",
@@ -249,7 +261,7 @@ var releaseTable = map[structs.CSIClaimState]map[event]string{
 		evNodeReleased: "checkpoint freed, done", evPluginAbsent: "checkpoint freed, done",
 		evNoController: "checkpoint freed, done", evRetryable: "checkpoint freed, done",
 		evFinal: "checkpoint freed, done", evUnknown: "checkpoint freed, done",
-		evPublishStale: "checkpoint freed, done",
+		evPublishStale: "checkpoint freed, done", evSibling: "checkpoint freed, done",
 	},
 }
 
@@ -397,6 +409,14 @@ func TestReleasable(t *testing.T) {
 	complete := &structs.Allocation{ID: "a", DesiredStatus: structs.AllocDesiredStatusStop, ClientStatus: structs.AllocClientStatusComplete}
 	failed := &structs.Allocation{ID: "a", DesiredStatus: structs.AllocDesiredStatusRun, ClientStatus: structs.AllocClientStatusFailed}
 	lost := &structs.Allocation{ID: "a", DesiredStatus: structs.AllocDesiredStatusStop, ClientStatus: structs.AllocClientStatusLost}
+	siblingRuns := &structs.Allocation{ID: "a", DesiredStatus: structs.AllocDesiredStatusRun, ClientStatus: structs.AllocClientStatusFailed,
+		TaskStates: map[string]*structs.TaskState{
+			"sidecar": {State: structs.TaskStateDead, Failed: true}, "writer": {State: structs.TaskStateRunning}}}
+	neverStarted := &structs.Allocation{ID: "a", DesiredStatus: structs.AllocDesiredStatusRun, ClientStatus: structs.AllocClientStatusFailed,
+		TaskStates: map[string]*structs.TaskState{"writer": {State: structs.TaskStatePending}}}
+	allDead := &structs.Allocation{ID: "a", DesiredStatus: structs.AllocDesiredStatusRun, ClientStatus: structs.AllocClientStatusFailed,
+		TaskStates: map[string]*structs.TaskState{
+			"sidecar": {State: structs.TaskStateDead, Failed: true}, "writer": {State: structs.TaskStateDead}}}
 	up := &structs.Node{ID: "n", Status: structs.NodeStatusReady}
 	initializing := &structs.Node{ID: "n", Status: structs.NodeStatusInit}
 	down := &structs.Node{ID: "n", Status: structs.NodeStatusDown}
@@ -414,6 +434,10 @@ func TestReleasable(t *testing.T) {
 		{"complete", complete, up, true},
 		{"failed", failed, up, true},
 		{"lost", lost, up, true},
+		{"failed, a sibling task still running", siblingRuns, up, false},
+		{"failed, a sibling task still running, node down", siblingRuns, down, true},
+		{"failed before its task started", neverStarted, up, true},
+		{"failed, every task dead", allDead, up, true},
 		{"allocation gone", nil, up, true},
 		{"node down", stopping, down, true},
 		{"node gone", running, nil, true},
