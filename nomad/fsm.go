@@ -168,7 +168,7 @@ var fsmAppliers = map[structs.MessageType]fsmApplier{
 		}),
 	structs.CSIVolumeDeregisterRequestType: decodeApply(structs.CSIVolumeDeregisterRequestType,
 		func(st *state.StateStore, index uint64, req *structs.CSIVolumeDeregisterRequest) ([]*structs.Evaluation, error) {
-			return nil, st.DeleteCSIVolumes(index, structs.DefaultNamespace, req.VolumeIDs)
+			return nil, st.DeleteCSIVolumes(index, structs.DefaultNamespace, req.VolumeIDs, req.Force)
 		}),
 	structs.CSIVolumeClaimRequestType: decodeApply(structs.CSIVolumeClaimRequestType,
 		func(st *state.StateStore, index uint64, req *structs.CSIVolumeClaimUpdateRequest) ([]*structs.Evaluation, error) {

@@ -2,6 +2,8 @@ package state
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 
 	memdb "github.com/hashicorp/go-memdb"
@@ -184,8 +186,12 @@ func upsertCSIVolumeTxn(txn *memdb.Txn, index uint64, vol *structs.CSIVolume) er
 	return nil
 }
 
-// DeleteCSIVolumes removes volume registrations, all or none.
-func (s *StateStore) DeleteCSIVolumes(index uint64, namespace string, ids []string) error {
+// DeleteCSIVolumes removes volume registrations, all or none. A volume
+// with claims is refused unless force, and even then while any claim may
+// not be released yet (structs.CSIClaimReleasable). The leader checks the
+// same before it proposes; checking again here keeps a claim reserved in
+// between from being dropped with its volume.
+func (s *StateStore) DeleteCSIVolumes(index uint64, namespace string, ids []string, force bool) error {
 	txn := s.db.Txn(true)
 	defer txn.Abort()
 	for _, id := range ids {
@@ -196,6 +202,9 @@ func (s *StateStore) DeleteCSIVolumes(index uint64, namespace string, ids []stri
 		if raw == nil {
 			return fmt.Errorf("%w: volume %q", structs.ErrNotFound, id)
 		}
+		if err := deletableTxn(txn, raw.(*structs.CSIVolume), force); err != nil {
+			return err
+		}
 		if err := txn.Delete(TableCSIVolumes, raw); err != nil {
 			return fmt.Errorf("state: volume delete: %w", err)
 		}
@@ -204,6 +213,34 @@ func (s *StateStore) DeleteCSIVolumes(index uint64, namespace string, ids []stri
 		return err
 	}
 	txn.Commit()
+	return nil
+}
+
+// deletableTxn refuses to delete a volume whose claims must stay.
+func deletableTxn(txn *memdb.Txn, v *structs.CSIVolume, force bool) error {
+	if len(v.Claims) == 0 {
+		return nil
+	}
+	if !force {
+		return fmt.Errorf("%w: volume %q has %d claim(s)", structs.ErrInvalidRequest, v.ID, len(v.Claims))
+	}
+	for _, allocID := range slices.Sorted(maps.Keys(v.Claims)) {
+		c := v.Claims[allocID]
+		rawAlloc, err := txn.First(TableAllocs, "id", allocID)
+		if err != nil {
+			return fmt.Errorf("state: alloc lookup: %w", err)
+		}
+		rawNode, err := txn.First(TableNodes, "id", c.NodeID)
+		if err != nil {
+			return fmt.Errorf("state: node lookup: %w", err)
+		}
+		alloc, _ := rawAlloc.(*structs.Allocation)
+		node, _ := rawNode.(*structs.Node)
+		if !structs.CSIClaimReleasable(alloc, node) {
+			return fmt.Errorf("%w: volume %q is claimed by allocation %s, whose tasks may still run",
+				structs.ErrInvalidRequest, v.ID, allocID)
+		}
+	}
 	return nil
 }
 

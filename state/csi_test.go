@@ -94,11 +94,11 @@ func TestStateStore_CSIVolumeClaims(t *testing.T) {
 	must.NoError(t, err)
 	must.Len(t, 1, byPlugin)
 	must.ErrorIs(t, s.UpdateCSIVolumeClaim(10, structs.DefaultNamespace, "nope", claim), structs.ErrNotFound)
-	must.ErrorIs(t, s.DeleteCSIVolumes(10, structs.DefaultNamespace, []string{"v1", "nope"}), structs.ErrNotFound)
+	must.ErrorIs(t, s.DeleteCSIVolumes(10, structs.DefaultNamespace, []string{"v1", "nope"}, false), structs.ErrNotFound)
 	byPlugin, err = s.CSIVolumesByPlugin(nil, "hostpath")
 	must.NoError(t, err)
 	must.Len(t, 1, byPlugin, must.Sprint("a failed delete removes nothing"))
-	must.NoError(t, s.DeleteCSIVolumes(10, structs.DefaultNamespace, []string{"v1"}))
+	must.NoError(t, s.DeleteCSIVolumes(10, structs.DefaultNamespace, []string{"v1"}, false))
 	vols, err := s.CSIVolumes(nil, structs.DefaultNamespace, "")
 	must.NoError(t, err)
 	must.SliceEmpty(t, vols)
@@ -202,4 +202,45 @@ func TestStateStore_CSIVolumeUpdateRefused(t *testing.T) {
 	must.Eq(t, "ssd", got.Parameters["type"])
 	must.Eq(t, uint64(9), got.ModifyIndex)
 	must.Eq(t, uint64(5), got.CreateIndex)
+}
+
+// A claim reserved between the leader's check and the apply of a
+// deregistration is not dropped with its volume; with force, only claims
+// whose tasks are known to be gone may be.
+func TestStateStore_DeleteCSIVolumesKeepsLiveClaims(t *testing.T) {
+	s, err := NewStateStore()
+	must.NoError(t, err)
+	node := &structs.Node{ID: "n1", SecretID: "s1", Status: structs.NodeStatusReady}
+	must.NoError(t, s.UpsertNode(1, node))
+	alloc := &structs.Allocation{ID: "a1", Namespace: structs.DefaultNamespace, JobID: "j", NodeID: "n1",
+		DesiredStatus: structs.AllocDesiredStatusStop, ClientStatus: structs.AllocClientStatusRunning}
+	must.NoError(t, s.UpsertAllocs(2, []*structs.Allocation{alloc}))
+	vol := &structs.CSIVolume{ID: "v1", Namespace: structs.DefaultNamespace, PluginID: "hostpath", ExternalID: "ext-1",
+		RequestedCapabilities: []*structs.CSIVolumeCapability{{AccessMode: structs.CSIAccessModeSingleNodeWriter,
+			AttachmentMode: structs.CSIAttachmentModeFilesystem}}}
+	must.NoError(t, s.UpsertCSIVolumes(5, []*structs.CSIVolume{vol}))
+	must.NoError(t, s.UpdateCSIVolumeClaim(6, structs.DefaultNamespace, "v1", &structs.CSIVolumeClaim{
+		AllocationID: "a1", NodeID: "n1", Mode: structs.CSIVolumeClaimWrite,
+		AccessMode: structs.CSIAccessModeSingleNodeWriter, AttachmentMode: structs.CSIAttachmentModeFilesystem,
+		State: structs.CSIVolumeClaimStatePublishing}))
+
+	err = s.DeleteCSIVolumes(7, structs.DefaultNamespace, []string{"v1"}, false)
+	must.ErrorIs(t, err, structs.ErrInvalidRequest)
+	must.StrContains(t, err.Error(), "has 1 claim")
+	// Asked to stop is not gone: force refuses too.
+	err = s.DeleteCSIVolumes(7, structs.DefaultNamespace, []string{"v1"}, true)
+	must.ErrorIs(t, err, structs.ErrInvalidRequest)
+	must.StrContains(t, err.Error(), "allocation a1")
+	got, err := s.CSIVolumeByID(nil, structs.DefaultNamespace, "v1")
+	must.NoError(t, err)
+	must.NotNil(t, got)
+	must.EqOp(t, uint64(6), got.ModifyIndex)
+
+	done := alloc.Copy()
+	done.ClientStatus = structs.AllocClientStatusComplete
+	must.NoError(t, s.UpdateAllocsFromClient(8, []*structs.Allocation{done}))
+	must.NoError(t, s.DeleteCSIVolumes(9, structs.DefaultNamespace, []string{"v1"}, true))
+	got, err = s.CSIVolumeByID(nil, structs.DefaultNamespace, "v1")
+	must.NoError(t, err)
+	must.Nil(t, got)
 }
