@@ -24,6 +24,9 @@ type evalBroker struct {
 	running map[jobKey]bool
 	delayed map[string]*time.Timer
 	blocked map[jobKey]*structs.Evaluation
+	// unblocks counts unblock calls, so an evaluation scheduled against a
+	// snapshot taken before the latest one is not blocked on stale news.
+	unblocks uint64
 	// wake is closed and replaced whenever work may be ready.
 	wake chan struct{}
 }
@@ -115,6 +118,7 @@ func (b *evalBroker) promote(e *structs.Evaluation) {
 // except: capacity changed, so they may now place.
 func (b *evalBroker) unblock(except ...jobKey) {
 	b.mu.Lock()
+	b.unblocks++
 	blocked := b.blocked
 	b.blocked = make(map[jobKey]*structs.Evaluation)
 	for _, k := range except {
@@ -164,13 +168,33 @@ func (b *evalBroker) ack(e *structs.Evaluation) {
 	b.signalLocked()
 }
 
-// block records an evaluation that could not place everything.
-func (b *evalBroker) block(e *structs.Evaluation) {
+// unblockGen returns the unblock count; a worker reads it before taking
+// the snapshot it schedules against, and hands it to block.
+func (b *evalBroker) unblockGen() uint64 {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.enabled {
-		b.blocked[keyOf(e)] = e
+	return b.unblocks
+}
+
+// block records an evaluation that could not place everything. If
+// capacity changed since gen (an unblock came while it was scheduled
+// against an older snapshot, say a volume claim freed), it is queued
+// again at once instead: that change would otherwise be lost to it.
+func (b *evalBroker) block(e *structs.Evaluation, gen uint64) {
+	b.mu.Lock()
+	if !b.enabled {
+		b.mu.Unlock()
+		return
 	}
+	if b.unblocks == gen {
+		b.blocked[keyOf(e)] = e
+		b.mu.Unlock()
+		return
+	}
+	b.mu.Unlock()
+	c := e.Copy()
+	c.Status = structs.EvalStatusPending
+	b.enqueue(c)
 }
 
 // stats returns the counts of ready, delayed and blocked evaluations.

@@ -77,9 +77,9 @@ func TestEvalBroker_DelayedAndBlocked(t *testing.T) {
 	must.False(t, time.Now().Before(delayed.WaitUntil))
 
 	blocked := brokerEval("blk", "j")
-	b.block(blocked)
+	b.block(blocked, b.unblockGen())
 	other := brokerEval("oth", "k")
-	b.block(other)
+	b.block(other, b.unblockGen())
 	_, _, nBlocked := b.stats()
 	must.Eq(t, 2, nBlocked)
 	// Unblocking except job j re-queues only k's evaluation, as pending.
@@ -90,4 +90,27 @@ func TestEvalBroker_DelayedAndBlocked(t *testing.T) {
 	nothingReady(t, b)
 	b.unblock()
 	must.Eq(t, "blk", dequeueNow(t, b).ID)
+}
+
+// An evaluation scheduled against a snapshot older than the latest
+// unblock (capacity freed while it ran, say a volume claim) is queued
+// again instead of blocked: it would otherwise miss the change.
+func TestEvalBroker_BlockAfterUnblockRequeues(t *testing.T) {
+	b := newEvalBroker()
+	b.setEnabled(true)
+	gen := b.unblockGen() // the worker takes its snapshot here
+	b.unblock()           // a claim frees meanwhile
+	b.block(brokerEval("late", "j"), gen)
+	_, _, nBlocked := b.stats()
+	must.Zero(t, nBlocked)
+	got := dequeueNow(t, b)
+	must.Eq(t, "late", got.ID)
+	must.Eq(t, structs.EvalStatusPending, got.Status)
+
+	// With no unblock in between it stays blocked.
+	b.ack(got)
+	b.block(brokerEval("calm", "k"), b.unblockGen())
+	_, _, nBlocked = b.stats()
+	must.Eq(t, 1, nBlocked)
+	nothingReady(t, b)
 }

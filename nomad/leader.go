@@ -94,6 +94,10 @@ func (s *Server) establishLeadership(newTerm bool) {
 	if err := s.restoreEvals(); err != nil {
 		s.stepDown(fmt.Errorf("queue pending evaluations: %w", err))
 	}
+	// Whatever freed capacity under the previous leader (a volume claim
+	// released just before the change) woke only that leader's broker:
+	// evaluate every blocked evaluation once again.
+	s.broker.unblock()
 	for range schedulerWorkers {
 		s.leaderWG.Add(1)
 		go func() {

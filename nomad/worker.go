@@ -54,6 +54,7 @@ func (st snapshotState) JobByID(ns, id string) (*structs.Job, error) {
 
 // processEval schedules one evaluation and commits its plan.
 func (s *Server) processEval(eval *structs.Evaluation) error {
+	gen := s.broker.unblockGen()
 	snap := s.State().Snapshot()
 	plan, result, err := scheduler.Process(snapshotState{snap}, eval, scheduler.Options{
 		Now:     time.Now(),
@@ -96,7 +97,7 @@ func (s *Server) processEval(eval *structs.Evaluation) error {
 		return fmt.Errorf("apply plan: %w", err)
 	}
 	if done.Status == structs.EvalStatusBlocked {
-		s.broker.block(done)
+		s.broker.block(done, gen)
 	}
 	if len(req.AllocsStopped) > 0 {
 		// Stops free capacity for other jobs' blocked evaluations; not for
