@@ -621,3 +621,37 @@ func TestClientCSI_StoppedPluginIsAbsent(t *testing.T) {
 	must.NoError(t, err)
 	must.Eq(t, int64(0), calls["ControllerPublishVolume"])
 }
+
+// A mount that fails after staging unstages before it gives the claim
+// back: a release tells the servers the node let go of the volume, and
+// they then detach it at the controller without asking the node again.
+func TestCSIVolumes_FailedPublishUnstagesBeforeRelease(t *testing.T) {
+	s := newTestVolumeSetup(t)
+	ext := createVolume(t, s.ep, "hp", "half")
+	var released atomic.Int64
+	var stagedAtRelease bool
+	s.vols.cfg.Release = func(context.Context, *structs.Allocation, string) error {
+		released.Add(1)
+		_, stagedAtRelease = readHostpathState(t, s.stateDir).Nodes["node-h"].Staged[ext]
+		return nil
+	}
+	alloc := &structs.Allocation{ID: "alloc-half"}
+	// A regular file where the plugin must publish makes NodePublishVolume
+	// fail after NodeStageVolume succeeded.
+	target := s.vols.targetPath("hp", alloc.ID, "roam-"+ext)
+	must.NoError(t, os.MkdirAll(filepath.Dir(target), 0o700))
+	must.NoError(t, os.WriteFile(target, []byte("in the way"), 0o600))
+
+	_, err := s.vols.Mount(context.Background(), alloc, volumeRequest(ext))
+	must.Error(t, err)
+	log, cerr := hostpath.ReadCallLog(s.stateDir, "node-h")
+	must.NoError(t, cerr)
+	var seen []string
+	for _, r := range log {
+		seen = append(seen, r.Method)
+	}
+	must.SliceContains(t, seen, "NodeStageVolume", must.Sprint("the mount got as far as staging"))
+	must.SliceContains(t, seen, "NodeUnstageVolume")
+	must.Eq(t, int64(1), released.Load())
+	must.False(t, stagedAtRelease, must.Sprint("released while the volume was still staged on the node"))
+}

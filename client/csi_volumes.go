@@ -289,11 +289,14 @@ func (m *csiVolumeManager) mountOne(ctx context.Context, alloc *structs.Allocati
 	if vol == nil {
 		return "", errors.New("claim returned no volume")
 	}
+	// nodeDirty is set when a failed mount leaves the volume staged here:
+	// releasing then would tell the servers the node let go of it.
+	nodeDirty := false
 	defer func() {
 		// A claim whose mount failed is not recorded, so Unmount will not
 		// release it: release it here rather than leave it to the servers'
-		// volume watcher.
-		if err != nil && !keepClaim && m.cfg.Release != nil {
+		// volume watcher, unless the node still holds the volume.
+		if err != nil && !keepClaim && !nodeDirty && m.cfg.Release != nil {
 			if rerr := m.cfg.Release(ctx, alloc, vol.ID); rerr != nil {
 				m.logger.Warn("could not release the claim of a failed mount", "volume_id", vol.ID, "error", rerr)
 			}
@@ -375,8 +378,21 @@ func (m *csiVolumeManager) mountOne(ctx context.Context, alloc *structs.Allocati
 	})
 	cancel()
 	if err != nil {
-		// Staged with no user: leave it staged; the next unmount of the
-		// volume, or NodeDetachVolume, unstages it.
+		if len(u.users) == 0 && u.staged && !keepClaim {
+			// Staged with no user: unstage it before the claim goes.
+			cctx, cancel := m.callCtx(ctx)
+			_, uerr := p.client.NodeUnstageVolume(cctx, &csi.NodeUnstageVolumeRequest{VolumeId: vol.ExternalID, StagingTargetPath: staging})
+			cancel()
+			if uerr != nil && !errors.Is(uerr, structs.ErrCSINotFound) {
+				// Leave the claim to the servers: their node detach
+				// unstages it before the controller lets go.
+				nodeDirty = true
+				m.logger.Warn("could not unstage the volume of a failed mount; the servers will detach it",
+					"volume_id", vol.ID, "error", uerr)
+			} else {
+				u.staged = false
+			}
+		}
 		return "", err
 	}
 	u.users[alloc.ID] = true
