@@ -94,7 +94,7 @@ func exportedOrBuiltin(t reflect.Type) bool {
 func (s *RPCServer) lookup(serviceMethod string) (*rpcService, *rpcMethod, error) {
 	dot := strings.LastIndex(serviceMethod, ".")
 	if dot < 0 {
-		return nil, nil, fmt.Errorf("%w %q: want Service.Method", ErrUnknownMethod, serviceMethod)
+		return nil, nil, fmt.Errorf("%w %q: ill-formed, want Service.Method", ErrUnknownMethod, serviceMethod)
 	}
 	s.mu.RLock()
 	svc := s.services[serviceMethod[:dot]]
