@@ -114,11 +114,13 @@ func ErrorCodes(err error) []string {
 //
 //	"\x00roam:" codes "\x00" message
 //
-// codes is a comma-separated list, possibly empty. Go code never builds a
-// message that starts with a NUL, so a bare message cannot be taken for a
-// coded one; and a server writes every handler error in this form, with an
-// empty list when it wraps no sentinel, so the receiver knows the message
-// carries no meaning of its own and never reads one into it.
+// codes is a comma-separated list of [a-z0-9_] codes, possibly empty. A
+// server writes every handler error in this form, with an empty list when
+// it wraps no sentinel, so the receiver knows the message carries no
+// meaning of its own and never reads one into it; and it decodes exactly
+// one layer, so a message that itself starts with the prefix stays text.
+// Messages Go code builds do not start with a NUL, so a bare string from a
+// peer without codes is not taken for a coded one.
 const (
 	rpcErrorPrefix = "\x00roam:"
 	rpcErrorSep    = "\x00"
