@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
-	"net/rpc"
 	"sync"
 	"time"
 
@@ -41,7 +40,7 @@ type Client struct {
 	registeredOnce sync.Once
 
 	// rpcServer serves the calls servers make to this client (RegisterRPC).
-	rpcServer *rpc.Server
+	rpcServer *structs.RPCServer
 
 	// csi runs the CSI plugins; csiVolumes mounts their volumes.
 	csi        *csiManager

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/rpc"
 	"os"
 	"path/filepath"
 	"strings"
@@ -52,13 +53,19 @@ func TestCSIClaimRequest(t *testing.T) {
 	}
 }
 
+// viaRPC is err as Client.RPC hands it back: coded by the server's RPC
+// server, decoded by serverConn.call.
+func viaRPC(err error) error {
+	return structs.FromRPCError(rpc.ServerError(structs.EncodeRPCError(err)))
+}
+
 func TestCSIClaimError_NamesTheCause(t *testing.T) {
 	args := &structs.CSIVolumeClaimRequest{VolumeID: "vol", Mode: structs.CSIVolumeClaimWrite, AccessMode: structs.CSIAccessModeSingleNodeWriter}
-	// Errors arrive over RPC as bare strings.
-	err := csiClaimError(args, errors.New("volume max claims reached: volume vol already has 1 writer(s)"))
+	// Errors as they arrive over RPC.
+	err := csiClaimError(args, viaRPC(fmt.Errorf("%w: volume vol already has 1 writer(s)", structs.ErrCSIMaxClaims)))
 	must.ErrorIs(t, err, structs.ErrCSIMaxClaims)
 	must.StrContains(t, err.Error(), `volume "vol" has no room for another write claim`)
-	err = csiClaimError(args, errors.New(`not found: volume "vol"`))
+	err = csiClaimError(args, viaRPC(fmt.Errorf(`%w: volume "vol"`, structs.ErrNotFound)))
 	must.ErrorIs(t, err, structs.ErrNotFound)
 	must.StrContains(t, err.Error(), "not registered")
 	must.False(t, claimRetryable(structs.ErrCSIMaxClaims))
@@ -197,8 +204,9 @@ func TestClaimRetryPolicy(t *testing.T) {
 	clock := func() time.Time { return now }
 	retry := claimRetryPolicy(time.Minute, clock)
 
-	// As it arrives over RPC: a plain message naming the sentinel.
-	unavailable := errors.New(`csi controller unavailable: plugin "hostpath": all 3 candidates failed, last on node a: node is not connected to any server`)
+	// As it arrives over RPC.
+	unavailable := viaRPC(fmt.Errorf(`%w: plugin "hostpath": all 3 candidates failed, last on node a: %w`,
+		structs.ErrCSIControllerUnavailable, structs.ErrNodeNotConnected))
 	must.True(t, retry(unavailable))
 	now = now.Add(59 * time.Second)
 	must.True(t, retry(unavailable))

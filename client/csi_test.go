@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/rpc"
 	"os"
 	"path/filepath"
 	"sync"
@@ -223,10 +224,11 @@ func TestClientCSI_ControllerAttachVolume(t *testing.T) {
 	must.NoError(t, ep.ControllerAttachVolume(attachRequest("hp", vol, "node-d"), &resp))
 	must.Eq(t, map[string]string{"device": "/dev/roam00"}, resp.PublishContext)
 
-	// Errors arrive translated once, and survive a trip over RPC as text.
+	// Errors arrive translated once, and survive a trip over RPC as their
+	// code.
 	err := ep.ControllerAttachVolume(attachRequest("hp", "no-such-volume", "node-d"), &resp)
 	must.ErrorIs(t, err, structs.ErrCSINotFound)
-	must.ErrorIs(t, structs.FromRPCError(errors.New(err.Error())), structs.ErrCSINotFound)
+	must.ErrorIs(t, structs.FromRPCError(rpc.ServerError(structs.EncodeRPCError(err))), structs.ErrCSINotFound)
 
 	var detach structs.ClientCSIControllerDetachVolumeResponse
 	must.NoError(t, ep.ControllerDetachVolume(&structs.ClientCSIControllerDetachVolumeRequest{
@@ -241,7 +243,7 @@ func TestClientCSI_UnknownPlugin(t *testing.T) {
 	var resp structs.ClientCSIControllerAttachVolumeResponse
 	err := ep.ControllerAttachVolume(attachRequest("nope", "v", "n"), &resp)
 	must.ErrorIs(t, err, structs.ErrCSIPluginNotFound)
-	must.ErrorIs(t, structs.FromRPCError(errors.New(err.Error())), structs.ErrCSIPluginNotFound)
+	must.ErrorIs(t, structs.FromRPCError(rpc.ServerError(structs.EncodeRPCError(err))), structs.ErrCSIPluginNotFound)
 	var snaps structs.ClientCSIControllerListSnapshotsResponse
 	must.ErrorIs(t, ep.ControllerListSnapshots(&structs.ClientCSIControllerListSnapshotsRequest{PluginID: "nope"}, &snaps),
 		structs.ErrCSIPluginNotFound)

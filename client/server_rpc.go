@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/rpc"
 	"time"
 
 	"github.com/hashicorp/yamux"
@@ -28,10 +27,12 @@ func (c *Client) RegisterRPC(name string, svc any) error {
 	return nil
 }
 
-// newClientRPCServer returns the rpc.Server with the client's built-in
-// services.
-func newClientRPCServer(c *Client) (*rpc.Server, error) {
-	srv := rpc.NewServer()
+// newClientRPCServer returns the RPC server with the client's built-in
+// services. It answers a failed call with the error's sentinel codes, so
+// the server that called gets back what the handler meant (a CSI plugin's
+// answer, a missing plugin) and not only its text.
+func newClientRPCServer(c *Client) (*structs.RPCServer, error) {
+	srv := structs.NewRPCServer()
 	if err := srv.RegisterName("ClientStatus", &ClientStatus{c: c}); err != nil {
 		return nil, fmt.Errorf("client: register ClientStatus: %w", err)
 	}

@@ -3,6 +3,7 @@ package nomad
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/rpc"
 	"testing"
@@ -82,7 +83,7 @@ type echoService struct{}
 func (e *echoService) Say(args string, reply *string) error { *reply = args; return nil }
 
 func (e *echoService) Fail(args string, reply *string) error {
-	return errors.New("boom: " + structs.ErrNotFound.Error())
+	return fmt.Errorf("boom: %w", structs.ErrNotFound)
 }
 
 func TestClientRPC_ForwardedToServerHoldingSession(t *testing.T) {

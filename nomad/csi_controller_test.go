@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net/rpc"
 	"testing"
 	"time"
 
@@ -158,8 +159,8 @@ func TestCallController(t *testing.T) {
 			candidates: nodes,
 			answers: map[string]error{
 				"a": fmt.Errorf("client a: %w", structs.ErrCSIPluginNotFound),
-				// As it arrives over RPC: a bare message.
-				"b": errors.New("rpc error: " + structs.ErrNodeNotConnected.Error()),
+				// As it arrives over RPC, still in its wire form.
+				"b": rpc.ServerError(structs.EncodeRPCError(fmt.Errorf("%w: node b", structs.ErrNodeNotConnected))),
 			},
 			wantNode:   "c",
 			wantCalled: []string{"a", "b", "c"},

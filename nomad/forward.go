@@ -48,12 +48,7 @@ func (s *Server) forward(method string, info structs.RPCInfo, args, reply any) (
 		if leaderAddr != "" && leaderAddr != s.advertise {
 			metrics.IncrCounter([]string{"rpc", "forward"}, 1)
 			err := s.forwardTo(leaderAddr, method, info, args, reply)
-			// Retry only what surely did not run: no connection, or the
-			// leader refused before writing. A lost connection or lost
-			// leadership mid-write goes back to the caller as retryable.
-			retry := errors.Is(err, errDial) ||
-				errors.Is(err, structs.ErrNoLeader) && !errors.Is(err, errConnLost) && !errors.Is(err, context.DeadlineExceeded)
-			if !retry {
+			if !forwardRetryable(err) {
 				return true, err
 			}
 			// The leader was unreachable, or answered that it is stepping
@@ -69,6 +64,20 @@ func (s *Server) forward(method string, info structs.RPCInfo, args, reply any) (
 			return true, fmt.Errorf("%w: waited %s for %s", structs.ErrNoLeader, s.config.RPCHoldTimeout, method)
 		}
 	}
+}
+
+// forwardRetryable says whether a forwarded call surely did not run, so
+// forward may send it again: there was no connection, or the leader refused
+// before writing. A lost connection or lost leadership mid-write goes back
+// to the caller as retryable instead. An error carries every sentinel its
+// sender's error wrapped, so one that says "no leader" may also say the
+// outcome is unknown; the latter wins.
+func forwardRetryable(err error) bool {
+	if errors.Is(err, errDial) {
+		return true
+	}
+	return errors.Is(err, structs.ErrNoLeader) && !errors.Is(err, structs.ErrOutcomeUnknown) &&
+		!errors.Is(err, errConnLost) && !errors.Is(err, context.DeadlineExceeded)
 }
 
 // forwardTo calls the leader. The call's own bound is the query's blocking

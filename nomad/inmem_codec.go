@@ -36,7 +36,10 @@ func (c *inmemCodec) ReadRequestBody(body any) error {
 
 func (c *inmemCodec) WriteResponse(resp *rpc.Response, body any) error {
 	if resp.Error != "" {
-		c.err = errors.New(resp.Error)
+		// The coded wire form, as a remote caller gets it: Server.RPC
+		// decodes it with FromRPCError like every other receiving path,
+		// so in-process and remote callers see the same errors.
+		c.err = rpc.ServerError(resp.Error)
 		return nil
 	}
 	src := reflect.Indirect(reflect.ValueOf(body))

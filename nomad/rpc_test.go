@@ -267,6 +267,7 @@ func TestRPC_UnknownMethod(t *testing.T) {
 	// In-process calls report an unknown method too.
 	err = srv.RPC("Nope.Nothing", &structs.GenericRequest{}, &structs.StatusPingResponse{})
 	must.ErrorContains(t, err, "Nope.Nothing")
+	must.ErrorIs(t, err, structs.ErrUnknownMethod)
 }
 
 func TestRPC_UnknownProtocolByte(t *testing.T) {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/rpc"
 	"os"
 	"path/filepath"
 	"strings"
@@ -34,7 +33,7 @@ type Server struct {
 
 	listener  net.Listener
 	advertise string
-	rpcServer *rpc.Server
+	rpcServer *structs.RPCServer
 	connPool  *connPool
 
 	fsm           *FSM
@@ -124,7 +123,7 @@ func NewServer(config *Config) (*Server, error) {
 		logger:         logger,
 		listener:       ln,
 		advertise:      advertise,
-		rpcServer:      rpc.NewServer(),
+		rpcServer:      structs.NewRPCServer(),
 		connPool:       newConnPool(config.RPCHoldTimeout),
 		leaderChangeCh: make(chan struct{}),
 		shutdownCtx:    ctx,

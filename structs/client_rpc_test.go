@@ -52,7 +52,7 @@ type pingService struct{}
 func (pingService) Double(args *CodecPingArgs, reply *int) error { *reply = 2 * args.N; return nil }
 
 func TestServerCodec_EndsStreamOnBadBody(t *testing.T) {
-	srv := rpc.NewServer()
+	srv := NewRPCServer()
 	must.NoError(t, srv.RegisterName("Ping", pingService{}))
 	serverSide, clientSide := net.Pipe()
 	t.Cleanup(func() { clientSide.Close() })

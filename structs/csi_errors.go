@@ -4,8 +4,9 @@ import "errors"
 
 // Errors of the CSI boundary. The client translates a plugin's gRPC status
 // code into one of these exactly once, where it calls the plugin; over RPC
-// they travel as messages and FromRPCError turns them back into values, so
-// servers compare them with errors.Is like any other sentinel.
+// they travel as their codes (csiErrorCodes) and FromRPCError turns them
+// back into values, so servers compare them with errors.Is like any other
+// sentinel.
 var (
 	// ErrCSIPluginNotFound means the client asked to serve a CSI call has
 	// no plugin with that ID (or none of the needed type). A server tries
@@ -48,12 +49,20 @@ var (
 	ErrCSIClaimInUse = errors.New("volume claim still in use by its allocation")
 )
 
-// csiErrors are the CSI sentinels FromRPCError recognises. They come before
-// the generic ones in knownErrors: their messages are more specific.
+// csiErrorCodes are the wire codes of the CSI sentinels. They come before
+// the generic ones in sentinelCodes: their meanings are more specific.
 // ErrCSIControllerUnavailable comes first: its message quotes the last
 // candidate's error, which may name another sentinel.
-var csiErrors = []error{
-	ErrCSIControllerUnavailable, ErrCSIClaimInUse,
-	ErrCSIPluginNotFound, ErrCSIInvalidArgument, ErrCSINotFound, ErrCSIFailedPrecondition,
-	ErrCSIResourceExhausted, ErrCSIAlreadyExists, ErrCSIUnimplemented, ErrCSIUnavailable, ErrCSIInternal,
+var csiErrorCodes = []sentinelCode{
+	{ErrCSIControllerUnavailable, "csi_controller_unavailable"},
+	{ErrCSIClaimInUse, "csi_claim_in_use"},
+	{ErrCSIPluginNotFound, "csi_plugin_not_found"},
+	{ErrCSIInvalidArgument, "csi_invalid_argument"},
+	{ErrCSINotFound, "csi_not_found"},
+	{ErrCSIFailedPrecondition, "csi_failed_precondition"},
+	{ErrCSIResourceExhausted, "csi_resource_exhausted"},
+	{ErrCSIAlreadyExists, "csi_already_exists"},
+	{ErrCSIUnimplemented, "csi_unimplemented"},
+	{ErrCSIUnavailable, "csi_unavailable"},
+	{ErrCSIInternal, "csi_internal"},
 }

@@ -9,8 +9,11 @@ import (
 	"github.com/shoenig/test/must"
 )
 
+// TestFromRPCError_CSI covers the text fallback for CSI errors from a peer
+// that sends no codes.
 func TestFromRPCError_CSI(t *testing.T) {
-	for _, sentinel := range csiErrors {
+	for _, sc := range csiErrorCodes {
+		sentinel := sc.err
 		msg := fmt.Errorf("csi ControllerPublishVolume: %w: volume v1", sentinel).Error()
 		got := FromRPCError(rpc.ServerError(msg))
 		must.ErrorIs(t, got, sentinel, must.Sprint(msg))
@@ -18,7 +21,7 @@ func TestFromRPCError_CSI(t *testing.T) {
 		must.False(t, IsRetryable(got))
 	}
 	// The CSI NOT_FOUND message contains the generic one; it must win.
-	got := FromRPCError(errors.New(ErrCSINotFound.Error()))
+	got := FromRPCError(rpc.ServerError(ErrCSINotFound.Error()))
 	must.ErrorIs(t, got, ErrCSINotFound)
 	must.False(t, errors.Is(got, ErrNotFound))
 

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/rpc"
 	"strconv"
 	"testing"
 	"time"
@@ -484,7 +485,11 @@ func TestErrorStatus(t *testing.T) {
 	}{
 		{structs.ErrNoLeader, 500, "No cluster leader"},
 		{fmt.Errorf("wrapped: %w", structs.ErrNoLeader), 500, "No cluster leader"},
-		{structs.FromRPCError(errors.New("rpc error: no cluster leader")), 500, "No cluster leader"},
+		{structs.FromRPCError(rpc.ServerError(structs.EncodeRPCError(fmt.Errorf("%w: waited 5s", structs.ErrNoLeader)))), 500, "No cluster leader"},
+		{structs.FromRPCError(rpc.ServerError("rpc error: no cluster leader")), 500, "No cluster leader"},
+		{structs.FromRPCError(rpc.ServerError(structs.EncodeRPCError(fmt.Errorf("%w: job x", structs.ErrNotFound)))), 404, "not found: job x"},
+		{structs.FromRPCError(rpc.ServerError(structs.EncodeRPCError(fmt.Errorf("%w: class not found", structs.ErrInvalidRequest)))), 400, "invalid request: class not found"},
+		{structs.FromRPCError(rpc.ServerError(structs.EncodeRPCError(errors.New("disk: no cluster leader here")))), 500, "disk: no cluster leader here"},
 		{fmt.Errorf("%w: bad token", structs.ErrPermissionDenied), 403, "permission denied: bad token"},
 		{fmt.Errorf("%w: x", structs.ErrUnknownNode), 404, "unknown node: x"},
 		{structs.ErrNotFound, 404, "not found"},
