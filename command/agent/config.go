@@ -35,6 +35,7 @@ type Config struct {
 	Advertise        *Advertise    `hcl:"advertise,block"`
 	Server           *ServerConfig `hcl:"server,block"`
 	Client           *ClientConfig `hcl:"client,block"`
+	Limits           *Limits       `hcl:"limits,block"`
 
 	// DevMode runs server and client in one process with in-memory Raft.
 	DevMode bool
@@ -113,6 +114,7 @@ func DefaultConfig() *Config {
 		Advertise:  &Advertise{},
 		Server:     &ServerConfig{ServerJoin: &ServerJoin{}},
 		Client:     &ClientConfig{},
+		Limits:     DefaultLimits(),
 	}
 }
 
@@ -289,6 +291,13 @@ func (c *Config) Merge(o *Config) *Config {
 		}
 		r.Server = &s
 	}
+	if o.Limits != nil {
+		base := r.Limits
+		if base == nil {
+			base = DefaultLimits()
+		}
+		r.Limits = base.merge(o.Limits)
+	}
 	if o.Client != nil {
 		cl := *r.Client
 		cl.Enabled = cl.Enabled || o.Client.Enabled
@@ -345,6 +354,11 @@ func (c *Config) Validate() error {
 	case "TRACE", "DEBUG", "INFO", "WARN", "ERROR":
 	default:
 		return fmt.Errorf("config: log_level = %q, want one of TRACE, DEBUG, INFO, WARN, ERROR", c.LogLevel)
+	}
+	if c.Limits != nil {
+		if err := c.Limits.validate(); err != nil {
+			return err
+		}
 	}
 	return c.validateNodeTimeouts()
 }
