@@ -93,6 +93,9 @@ func (p *CSIPluginConfig) Validate() error {
 		return errors.New("csi plugin config is nil")
 	case p.ID == "":
 		return errors.New("csi plugin: id is required")
+	case structs.ValidateID(structs.IDKindPlugin, p.ID) != nil:
+		// The ID names this client's directories for the plugin's volumes.
+		return fmt.Errorf("csi plugin: %w", structs.ValidateID(structs.IDKindPlugin, p.ID))
 	case p.Type != CSIPluginTypeController && p.Type != CSIPluginTypeNode && p.Type != CSIPluginTypeMonolith:
 		return fmt.Errorf("csi plugin %q: type = %q, want controller, node or monolith", p.ID, p.Type)
 	case p.Socket == "":
