@@ -158,6 +158,13 @@ func (c *Config) Validate() error {
 	case c.CSINodeCallTimeout <= 0:
 		return fmt.Errorf("client config: csi node call timeout = %s, must be positive", c.CSINodeCallTimeout)
 	}
+	// The servers refuse a node whose name breaks the ID rule: say so at
+	// start rather than in a registration retried forever.
+	if c.NodeName != "" {
+		if err := structs.ValidateID(structs.IDKindNodeName, c.NodeName); err != nil {
+			return fmt.Errorf("client config: %w", err)
+		}
+	}
 	for id, p := range c.CSIPlugins {
 		if err := p.Validate(); err != nil {
 			return fmt.Errorf("client config: %w", err)
