@@ -68,10 +68,7 @@ func ParseJSON(src []byte) (*structs.Job, error) {
 // allows is refused before it is decoded, and the job must be within l's
 // count limits.
 func ParseJSONWithLimits(src []byte, l structs.JobLimits) (*structs.Job, error) {
-	if err := checkSize("job JSON", src, l); err != nil {
-		return nil, err
-	}
-	if err := checkJSON(src, l); err != nil {
+	if err := CheckJSON(src, l); err != nil {
 		return nil, err
 	}
 	dec := json.NewDecoder(bytes.NewReader(src))

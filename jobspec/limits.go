@@ -359,6 +359,18 @@ type jsonFrame struct {
 	what   string
 }
 
+// CheckJSON refuses a JSON job (bare or wrapped as a register request)
+// that is larger than l.MaxBytes, nests deeper than l.MaxDepth, or lists
+// more task groups or tasks than l allows, without decoding it. Callers
+// that decode a body before handing it to ParseJSONWithLimits run it
+// first; errors wrap structs.ErrInvalidRequest.
+func CheckJSON(src []byte, l structs.JobLimits) error {
+	if err := checkSize("job JSON", src, l); err != nil {
+		return err
+	}
+	return checkJSON(src, l)
+}
+
 // checkJSON measures a JSON job without decoding it: its nesting depth,
 // and the elements of every "TaskGroups" and "Tasks" array (keys compared
 // as encoding/json would match them, so that none slips past). Decoding a

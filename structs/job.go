@@ -34,6 +34,8 @@ const (
 	JobMinPriority     = 1
 	JobMaxPriority     = 100
 	DefaultKillTimeout = 5 * time.Second
+	// MaxTaskResource bounds a task's cpu (MHz) and memory (MB).
+	MaxTaskResource = 1 << 24
 )
 
 // validJobID is what a job ID may look like: no spaces, no slashes, no
@@ -400,8 +402,15 @@ func (tg *TaskGroup) validate(jobType string, p *Problems) {
 		} else if err := ValidateDriverConfig(t.Driver, t.Config); err != nil {
 			add("task %q: %v", t.Name, err)
 		}
-		if t.Resources != nil && (t.Resources.CPU < 0 || t.Resources.MemoryMB < 0) {
-			add("task %q: resources must not be negative", t.Name)
+		if r := t.Resources; r != nil {
+			if r.CPU < 0 || r.MemoryMB < 0 {
+				add("task %q: resources must not be negative", t.Name)
+			}
+			// Bounded so that no sum of them, over a job's tasks or a
+			// node's allocations, can overflow and fit anywhere.
+			if r.CPU > MaxTaskResource || r.MemoryMB > MaxTaskResource {
+				add("task %q: resources: cpu %d and memory %d must each be at most %d", t.Name, r.CPU, r.MemoryMB, MaxTaskResource)
+			}
 		}
 		if t.KillTimeout < 0 {
 			add("task %q: kill_timeout must not be negative", t.Name)

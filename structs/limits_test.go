@@ -224,3 +224,15 @@ func TestJob_ValidateVolumeMountOverlaps(t *testing.T) {
 	must.True(t, errors.Is(err, ErrInvalidRequest))
 	must.StrContains(t, err.Error(), `overlaps the csi_plugin mount_dir ""`)
 }
+
+// Resources near the top of int would overflow when a node's usage is
+// summed, and a negative sum fits on any node.
+func TestJob_ValidateResourceBounds(t *testing.T) {
+	j := validJob(JobTypeService)
+	j.TaskGroups[0].Tasks[0].Resources = &Resources{CPU: math.MaxInt64, MemoryMB: 10}
+	err := j.Validate()
+	must.ErrorIs(t, err, ErrInvalidRequest)
+	must.StrContains(t, err.Error(), `task "server": resources: cpu 9223372036854775807 and memory 10 must each be at most 16777216`)
+	j.TaskGroups[0].Tasks[0].Resources = &Resources{CPU: MaxTaskResource, MemoryMB: MaxTaskResource}
+	must.NoError(t, j.Validate())
+}
