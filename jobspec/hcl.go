@@ -130,14 +130,15 @@ func ParseHCL(filename string, src []byte) (*structs.Job, error) {
 	return ParseHCLWithLimits(filename, src, structs.DefaultJobLimits())
 }
 
-// ParseHCLWithLimits is ParseHCL under l: a file larger than l.MaxBytes or
-// nested deeper than l.MaxDepth is refused before the parser sees it, and
-// the job must be within l's group, task and count limits.
+// ParseHCLWithLimits is ParseHCL under l: a file larger than l.MaxBytes,
+// nested deeper than l.MaxDepth or with more group or task blocks than l
+// allows is refused before the parser sees it, and the job must be within
+// l's count limits.
 func ParseHCLWithLimits(filename string, src []byte, l structs.JobLimits) (*structs.Job, error) {
 	if err := checkSize(filename, src, l); err != nil {
 		return nil, err
 	}
-	if err := hclDepth(filename, src, l.MaxDepth); err != nil {
+	if err := hclScan(filename, src, l); err != nil {
 		return nil, err
 	}
 	file, diags := hclparse.NewParser().ParseHCL(src, filename)

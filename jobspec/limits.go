@@ -48,26 +48,32 @@ type hclFrame struct {
 	lineStart bool
 }
 
-// hclDepth measures how deep the HCL parser and evaluator would recurse on
-// src and refuses it when that passes maxDepth. It follows HCL's lexer
+// hclScan measures how deep the HCL parser and evaluator would recurse on
+// src and refuses it when that passes l.MaxDepth. It follows HCL's lexer
 // (strings, heredocs, comments and template sequences) so that only real
 // tokens count, and it may count more than the parser recurses, never
 // less: every bracket and template is a level, and every operator or
 // closed bracket adds one until the next ',' (or newline, where HCL ends
 // an expression at one). Unbalanced brackets are refused too: the file
 // cannot parse, and the scanner cannot follow the lexer through them.
-func hclDepth(filename string, src []byte, maxDepth int) error {
+//
+// It also counts group and task block headers (the name at the start of
+// a line in a block body, then a label) and refuses more than
+// l.MaxGroups or l.MaxTasks of them: HCL builds a great deal for each
+// block, over a gigabyte for a megabyte of empty groups, before the job's
+// own limits could be checked.
+func hclScan(filename string, src []byte, l structs.JobLimits) error {
 	if !utf8.Valid(src) {
 		return invalid("%s: the file is not valid UTF-8", filename)
 	}
-	s := &hclScanner{src: src, max: maxDepth, filename: filename}
+	s := &hclScanner{src: src, max: l.MaxDepth, maxGroups: l.MaxGroups, maxTasks: l.MaxTasks, filename: filename}
 	s.stack = append(s.stack, hclFrame{newlines: true})
 	return s.run()
 }
 
-// hclMeasure returns the depth hclDepth measures for src (tests).
+// hclMeasure returns the depth hclScan measures for src (tests).
 func hclMeasure(src []byte) (int, error) {
-	s := &hclScanner{src: src, max: math.MaxInt, filename: "src"}
+	s := &hclScanner{src: src, max: math.MaxInt, maxGroups: math.MaxInt, maxTasks: math.MaxInt, filename: "src"}
 	s.stack = append(s.stack, hclFrame{newlines: true})
 	err := s.run()
 	return s.deepest, err
@@ -83,6 +89,9 @@ type hclScanner struct {
 	ops int
 	// deepest is the greatest depth seen.
 	deepest int
+	// groups and tasks count block headers, up to their limits.
+	groups, tasks       int
+	maxGroups, maxTasks int
 }
 
 func (s *hclScanner) top() *hclFrame { return &s.stack[len(s.stack)-1] }
@@ -191,9 +200,10 @@ func (s *hclScanner) expr() error {
 
 	switch {
 	case isIdentStart(c):
+		start := s.i
 		for s.i++; s.i < len(s.src) && isIdentByte(s.src[s.i]); s.i++ {
 		}
-		return nil
+		return s.blockHeader(start)
 	case c == '"':
 		s.i++
 		return s.push(hclFrame{kind: '"'})
@@ -226,6 +236,40 @@ func (s *hclScanner) expr() error {
 	switch c {
 	case '+', '-', '*', '/', '%', '!', '?', '<', '>', '&', '|', '.':
 		return s.op()
+	}
+	return nil
+}
+
+// blockHeader counts the identifier at src[start:s.i] when it starts a
+// group or task block: first on its line in a block body, followed by a
+// label.
+func (s *hclScanner) blockHeader(start int) error {
+	name := s.src[start:s.i]
+	isGroup := bytes.Equal(name, []byte("group"))
+	if !isGroup && !bytes.Equal(name, []byte("task")) {
+		return nil
+	}
+	if f := s.top(); !f.newlines || f.kind == '(' || f.kind == '[' {
+		return nil
+	}
+	before := bytes.TrimRight(s.src[:start], " \t")
+	if len(before) > 0 && before[len(before)-1] != '\n' && before[len(before)-1] != '{' {
+		return nil
+	}
+	after := bytes.TrimLeft(s.src[s.i:], " \t")
+	if len(after) == 0 || after[0] != '"' {
+		return nil
+	}
+	if isGroup {
+		s.groups++
+		if s.groups > s.maxGroups {
+			return s.errorf("more than job_max_groups = %d group blocks", s.maxGroups)
+		}
+		return nil
+	}
+	s.tasks++
+	if s.tasks > s.maxTasks {
+		return s.errorf("more than job_max_tasks = %d task blocks", s.maxTasks)
 	}
 	return nil
 }

@@ -384,3 +384,44 @@ opts  = { depth = 2, list = [1, "b"] }
 }
 
 func jsonNumber(s string) json.Number { return json.Number(s) }
+
+// A megabyte of empty group blocks once cost HCL over a gigabyte of
+// allocation before the job's group limit could be checked; the block
+// headers are counted by the scan instead.
+func TestParseHCL_BlockCountsBeforeParse(t *testing.T) {
+	l := structs.DefaultJobLimits()
+	unit := "  group \"a\" {\n  }\n"
+	src := []byte(`job "a" {` + "\n" + strings.Repeat(unit, (l.MaxBytes-64)/len(unit)) + "}\n")
+	var m0, m1 runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&m0)
+	_, err := ParseHCLWithLimits("groups.hcl", src, l)
+	runtime.ReadMemStats(&m1)
+	must.ErrorIs(t, err, structs.ErrInvalidRequest)
+	must.StrContains(t, err.Error(), "groups.hcl:202: more than job_max_groups = 100 group blocks")
+	t.Logf("%d bytes of group blocks: %d bytes allocated", len(src), m1.TotalAlloc-m0.TotalAlloc)
+	must.Less(t, uint64(1<<20), m1.TotalAlloc-m0.TotalAlloc)
+
+	l.MaxGroups, l.MaxTasks = 2, 3
+	job := func(groups, tasks int) string {
+		var b strings.Builder
+		b.WriteString("job \"j\" {\n  meta {\n    group = \"not a block\"\n    task = \"nor this\"\n  }\n")
+		for g := 0; g < groups; g++ {
+			fmt.Fprintf(&b, "  group \"g%d\" {\n", g)
+			for i := 0; i < tasks; i++ {
+				fmt.Fprintf(&b, "    task \"t%d\" {\n      driver = \"raw_exec\"\n      config { command = \"/bin/true\" }\n    }\n", i)
+			}
+			b.WriteString("  }\n")
+		}
+		b.WriteString("}\n")
+		return b.String()
+	}
+	_, err = ParseHCLWithLimits("j.hcl", []byte(job(1, 3)), l)
+	must.NoError(t, err)
+	_, err = ParseHCLWithLimits("j.hcl", []byte(job(2, 1)), l)
+	must.NoError(t, err)
+	_, err = ParseHCLWithLimits("j.hcl", []byte(job(3, 1)), l)
+	must.ErrorContains(t, err, "more than job_max_groups = 2 group blocks")
+	_, err = ParseHCLWithLimits("j.hcl", []byte(job(2, 2)), l)
+	must.ErrorContains(t, err, "more than job_max_tasks = 3 task blocks")
+}

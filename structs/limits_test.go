@@ -1,7 +1,6 @@
 package structs
 
 import (
-	"errors"
 	"fmt"
 	"math"
 	"strings"
@@ -208,21 +207,21 @@ func TestJob_ValidateVolumeMountOverlaps(t *testing.T) {
 	task := j.TaskGroups[0].Tasks[0]
 	task.VolumeMounts = []*VolumeMount{{Volume: "data", Destination: "srv"}, {Volume: "logs", Destination: "srv/logs"}}
 	err := j.Validate()
-	must.StrContains(t, err.Error(), `volume_mount of "logs": destination "srv/logs" overlaps destination "srv"`)
+	must.ErrorContains(t, err, `volume_mount of "logs": destination "srv/logs" overlaps destination "srv"`)
 
 	task.VolumeMounts = []*VolumeMount{{Volume: "data", Destination: "srv"}, {Volume: "logs", Destination: "logs"}}
 	must.NoError(t, j.Validate())
 
 	task.CSIPluginConfig = &TaskCSIPluginConfig{ID: "p", Type: CSIPluginTypeNode, MountDir: "/logs"}
 	err = j.Validate()
-	must.StrContains(t, err.Error(), `destination "logs" overlaps the csi_plugin mount_dir "/logs"`)
+	must.ErrorContains(t, err, `destination "logs" overlaps the csi_plugin mount_dir "/logs"`)
 
 	// The default mount_dir counts too.
 	task.CSIPluginConfig.MountDir = ""
 	task.VolumeMounts[1].Destination = "csi/x"
 	err = j.Validate()
-	must.True(t, errors.Is(err, ErrInvalidRequest))
-	must.StrContains(t, err.Error(), `overlaps the csi_plugin mount_dir ""`)
+	must.ErrorIs(t, err, ErrInvalidRequest)
+	must.ErrorContains(t, err, `overlaps the csi_plugin mount_dir ""`)
 }
 
 // Resources near the top of int would overflow when a node's usage is
