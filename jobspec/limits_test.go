@@ -427,3 +427,20 @@ func TestParseHCL_BlockCountsBeforeParse(t *testing.T) {
 	_, err = ParseHCLWithLimits("j.hcl", []byte(job(2, 2)), l)
 	must.ErrorContains(t, err, "more than job_max_tasks = 3 task blocks")
 }
+
+// Out-of-range numbers in a job file are refused by name, never wrapped
+// or truncated.
+func TestParseHCL_OutOfRangeNumbers(t *testing.T) {
+	for count, want := range map[string]string{
+		"4611686018427387904":  "count 4611686018427387904 is more than group_max_count = 10000",
+		"9223372036854775807":  "count 9223372036854775807 is more than group_max_count = 10000",
+		"9223372036854775808":  "job.hcl:3,",
+		"1e40":                 "job.hcl:3,",
+		"-9223372036854775808": "count -9223372036854775808 must not be negative",
+	} {
+		src := strings.Replace(oneTask("count = COUNT", ""), "COUNT", count, 1)
+		_, err := ParseHCL("job.hcl", []byte(src))
+		must.ErrorIs(t, err, structs.ErrInvalidRequest, must.Sprint(count))
+		must.StrContains(t, err.Error(), want, must.Sprint(count))
+	}
+}
