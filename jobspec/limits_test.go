@@ -96,6 +96,11 @@ func TestParseHCL_DepthAtLimit(t *testing.T) {
 // commas or newlines.
 func TestParseHCL_ShallowAccepted(t *testing.T) {
 	brackets := strings.Repeat("[{(", 100)
+	// A hundred lines of operators, each line its own expression.
+	var ops string
+	for i := 0; i < 100; i++ {
+		ops += fmt.Sprintf("    x%d = \"${-1 + 2 - 3 * 4}\"\n", i)
+	}
 	src := `job "shallow" {
   # ` + brackets + `
   // ` + brackets + `
@@ -109,7 +114,7 @@ func TestParseHCL_ShallowAccepted(t *testing.T) {
       ` + brackets + `
       $${ ` + brackets + `
       EOT
-` + strings.Repeat("    x = \"${1 + 2 - 3}\"\n", 0) + `
+` + ops + `
   }
   group "g" {
     task "t" {
@@ -128,6 +133,7 @@ func TestParseHCL_ShallowAccepted(t *testing.T) {
 	must.Eq(t, "${"+brackets, job.Meta["b"])
 	must.Eq(t, brackets+"\n${ "+brackets+"\n", job.Meta["e"])
 	must.Len(t, 201, job.TaskGroups[0].Tasks[0].Config["args"].([]any))
+	must.Eq(t, "-11", job.Meta["x99"])
 }
 
 func TestParseHCL_Unbalanced(t *testing.T) {
