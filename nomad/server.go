@@ -367,6 +367,7 @@ func (s *Server) handleConn(conn net.Conn, session *yamux.Session) {
 	switch {
 	case b[0] == structs.RPCNomad:
 		codec := newServerCodec(conn, s.config.RPCMaxFrameBytes)
+		codec.maxContainers = s.config.RPCMaxFrameContainers
 		if inSession {
 			codec.session = session
 		}
