@@ -102,7 +102,11 @@ func ParseJSON(src []byte) (*structs.Job, error) {
 	if err := dec.Decode(&jj); err != nil {
 		return nil, fmt.Errorf("%w: decoding job JSON: %w", structs.ErrInvalidRequest, err)
 	}
-	return finish(jj.job())
+	job := jj.job()
+	if err := checkConfigNumbers(job); err != nil {
+		return nil, err
+	}
+	return finish(job)
 }
 
 func (jj *jsonJob) job() *structs.Job {
