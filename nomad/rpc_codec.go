@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/rpc"
+	"os"
 	"sync"
 	"time"
 
@@ -69,8 +70,9 @@ func (f *frameReader) UnreadByte() error {
 	return nil
 }
 
-// serverCodec is a msgpack rpc.ServerCodec that bounds each request and
-// ends the connection on the first undecodable frame.
+// serverCodec is a msgpack rpc.ServerCodec that bounds each request, in
+// size and in time, and ends the connection on the first undecodable
+// frame.
 type serverCodec struct {
 	conn   io.ReadWriteCloser
 	frame  *frameReader
@@ -81,6 +83,11 @@ type serverCodec struct {
 	// session is the client session the stream belongs to, nil outside
 	// one; handed to every request that can hold it (see sessionSetter).
 	session any
+	// frameTimeout, when set, bounds reading one request (header and
+	// body) from its first byte; the wait for that byte is unbounded.
+	frameTimeout time.Duration
+	// readErr is the error that ended the reading, for the listener's log.
+	readErr error
 
 	writeMu   sync.Mutex
 	closeOnce sync.Once
@@ -98,17 +105,55 @@ func newServerCodec(conn io.ReadWriteCloser, maxFrame int) *serverCodec {
 	}
 }
 
+// readDeadliner is a connection whose reads can be bounded in time.
+type readDeadliner interface{ SetReadDeadline(time.Time) error }
+
 func (c *serverCodec) ReadRequestHeader(r *rpc.Request) error {
 	if c.failed {
 		// net/rpc keeps reading after a bad body; a stream that failed to
 		// decode is no longer at a frame boundary, so end it here.
+		c.endReading(io.EOF)
 		return io.EOF
+	}
+	if err := c.awaitFrame(); err != nil {
+		c.endReading(err)
+		return err
 	}
 	c.frame.reset()
 	if err := c.dec.Decode(r); err != nil {
+		c.endReading(err)
 		return err
 	}
 	return nil
+}
+
+// awaitFrame waits, without a deadline, for the next request's first
+// byte, then gives the whole request frameTimeout to arrive: a connection
+// may idle between requests, but not stall inside one.
+func (c *serverCodec) awaitFrame() error {
+	d, ok := c.conn.(readDeadliner)
+	if c.frameTimeout <= 0 || !ok {
+		return nil
+	}
+	if err := d.SetReadDeadline(time.Time{}); err != nil {
+		return err
+	}
+	if _, err := c.frame.r.Peek(1); err != nil {
+		return err
+	}
+	return d.SetReadDeadline(time.Now().Add(c.frameTimeout))
+}
+
+// endReading records why no more requests will be read.
+func (c *serverCodec) endReading(err error) {
+	if c.readErr == nil {
+		c.readErr = err
+	}
+}
+
+// frameTimedOut reports whether the reading ended on the frame deadline.
+func (c *serverCodec) frameTimedOut() bool {
+	return c.readErr != nil && errors.Is(c.readErr, os.ErrDeadlineExceeded)
 }
 
 func (c *serverCodec) ReadRequestBody(body any) error {
@@ -124,6 +169,9 @@ func (c *serverCodec) ReadRequestBody(body any) error {
 	}
 	if err := c.dec.Decode(body); err != nil {
 		c.failed = true
+		if c.readErr == nil {
+			c.readErr = err
+		}
 		return err
 	}
 	if c.session != nil {
