@@ -2,6 +2,7 @@ package nomad
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -72,7 +73,8 @@ func (f *frameReader) UnreadByte() error {
 
 // serverCodec is a msgpack rpc.ServerCodec that bounds each request, in
 // size and in time, and ends the connection on the first undecodable
-// frame.
+// frame. Requests read from it carry a context that ends with the
+// connection, so a blocking query stops waiting once its caller is gone.
 type serverCodec struct {
 	conn   io.ReadWriteCloser
 	frame  *frameReader
@@ -89,6 +91,11 @@ type serverCodec struct {
 	// readErr is the error that ended the reading, for the listener's log.
 	readErr error
 
+	// ctx ends when the connection can take no more requests: its reader
+	// failed or it was closed.
+	ctx    context.Context
+	cancel context.CancelFunc
+
 	writeMu   sync.Mutex
 	closeOnce sync.Once
 }
@@ -96,12 +103,15 @@ type serverCodec struct {
 func newServerCodec(conn io.ReadWriteCloser, maxFrame int) *serverCodec {
 	fr := &frameReader{r: bufio.NewReader(conn), limit: maxFrame}
 	bw := bufio.NewWriter(conn)
+	ctx, cancel := context.WithCancel(context.Background())
 	return &serverCodec{
-		conn:  conn,
-		frame: fr,
-		dec:   codec.NewDecoder(fr, structs.MsgpackHandle),
-		enc:   codec.NewEncoder(bw, structs.MsgpackHandle),
-		bufW:  bw,
+		conn:   conn,
+		frame:  fr,
+		dec:    codec.NewDecoder(fr, structs.MsgpackHandle),
+		enc:    codec.NewEncoder(bw, structs.MsgpackHandle),
+		bufW:   bw,
+		ctx:    ctx,
+		cancel: cancel,
 	}
 }
 
@@ -144,11 +154,13 @@ func (c *serverCodec) awaitFrame() error {
 	return d.SetReadDeadline(time.Now().Add(c.frameTimeout))
 }
 
-// endReading records why no more requests will be read.
+// endReading records why no more requests will be read, and ends the
+// context of those still running.
 func (c *serverCodec) endReading(err error) {
 	if c.readErr == nil {
 		c.readErr = err
 	}
+	c.cancel()
 }
 
 // frameTimedOut reports whether the reading ended on the frame deadline.
@@ -174,6 +186,9 @@ func (c *serverCodec) ReadRequestBody(body any) error {
 		}
 		return err
 	}
+	if cs, ok := body.(contextSetter); ok {
+		cs.SetContext(c.ctx)
+	}
 	if c.session != nil {
 		if ss, ok := body.(sessionSetter); ok {
 			ss.SetSession(c.session)
@@ -181,6 +196,10 @@ func (c *serverCodec) ReadRequestBody(body any) error {
 	}
 	return nil
 }
+
+// contextSetter is a request that can carry its caller's context
+// (structs.QueryOptions, and what embeds it).
+type contextSetter interface{ SetContext(context.Context) }
 
 // sessionSetter is a request that can carry the client session it arrived
 // on (structs.WriteRequest and QueryOptions, and what embeds them).
@@ -200,7 +219,10 @@ func (c *serverCodec) WriteResponse(r *rpc.Response, body any) error {
 
 func (c *serverCodec) Close() error {
 	var err error
-	c.closeOnce.Do(func() { err = c.conn.Close() })
+	c.closeOnce.Do(func() {
+		c.cancel()
+		err = c.conn.Close()
+	})
 	return err
 }
 

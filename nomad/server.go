@@ -495,10 +495,17 @@ const maxSessionStreams = 256
 // RPC serves an in-process call, with the same forwarding and checks as
 // a remote one.
 func (s *Server) RPC(method string, args, reply any) error {
+	return s.RPCContext(context.Background(), method, args, reply)
+}
+
+// RPCContext is RPC for a caller that may go away: a blocking query, or a
+// wait for a leader, ends as soon as ctx does. A write already sent to
+// Raft is not undone.
+func (s *Server) RPCContext(ctx context.Context, method string, args, reply any) error {
 	if s.shutdownCtx.Err() != nil {
 		return ErrServerClosed
 	}
-	codec := &inmemCodec{method: method, args: args, reply: reply}
+	codec := &inmemCodec{ctx: ctx, method: method, args: args, reply: reply}
 	if err := s.rpcServer.ServeRequest(codec); err != nil {
 		return err
 	}

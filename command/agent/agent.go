@@ -240,11 +240,17 @@ var errNoRPC = errors.New("agent has neither a server nor a client")
 // RPC calls the cluster: through the local server when there is one
 // (which forwards to the leader as needed), else through the client.
 func (a *Agent) RPC(method string, args, reply any) error {
+	return a.RPCContext(context.Background(), method, args, reply)
+}
+
+// RPCContext is RPC for a caller that may go away: a blocking query it
+// starts ends as soon as ctx does.
+func (a *Agent) RPCContext(ctx context.Context, method string, args, reply any) error {
 	switch {
 	case a.server != nil:
-		return a.server.RPC(method, args, reply)
+		return a.server.RPCContext(ctx, method, args, reply)
 	case a.client != nil:
-		return a.client.RPC(method, args, reply)
+		return a.client.RPCContext(ctx, method, args, reply)
 	}
 	return errNoRPC
 }

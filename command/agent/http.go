@@ -355,13 +355,16 @@ func (s *HTTPServer) localMeta() structs.QueryMeta {
 
 // rpc calls the cluster on behalf of r. The call runs in its own goroutine
 // so the request ends as soon as its client goes away or the HTTP server
-// shuts down; the abandoned call ends on its own bound (the query's wait,
-// or the hold timeout for a leader) and its reply is never read.
+// shuts down. The call is tied to the request: a blocking query, or a wait
+// for a leader, ends with it at once (a write already sent to Raft runs
+// to its end), and the abandoned reply is never read.
 func (s *HTTPServer) rpc(r *http.Request, method string, args, reply any) error {
 	s.rpcWaiting.Add(1)
 	defer s.rpcWaiting.Add(-1)
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
 	done := make(chan error, 1)
-	go func() { done <- s.agent.RPC(method, args, reply) }()
+	go func() { done <- s.agent.RPCContext(ctx, method, args, reply) }()
 	select {
 	case err := <-done:
 		return err
