@@ -172,6 +172,10 @@ func (a *Agent) setupServer() error {
 	sc.LeaveDrainTimeout = parseDurationOr(c.Server.LeaveDrainTimeout, sc.LeaveDrainTimeout)
 	sc.CSINodeDetachTimeout = parseDurationOr(c.Server.CSINodeDetachTimeout, sc.CSINodeDetachTimeout)
 	sc.LeaveOnTerminate = c.LeaveOnTerminate
+	limits := c.limits()
+	sc.RPCMaxConnsPerClient = limits.RPCMaxConnsPerClient
+	sc.RPCHandshakeTimeout = parseDurationOr(limits.RPCHandshakeTimeout, sc.RPCHandshakeTimeout)
+	sc.RPCFrameTimeout = parseDurationOr(limits.RPCFrameTimeout, sc.RPCFrameTimeout)
 	sc.Logger = a.logger.ResetNamed("")
 
 	ln, err := net.Listen("tcp", sc.RPCAddr)
