@@ -86,7 +86,7 @@ func TestBlocking_ForwardingEndsWithCaller(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	const n = 20
+	const n = maxQueryConns
 	errs := make(chan error, n)
 	for range n {
 		wg.Go(func() {

@@ -29,7 +29,7 @@ type connPool struct {
 // maxQueryConns bounds the forwarded blocking queries that wait on
 // connections of their own, well under the leader's per-address cap
 // (Config.RPCMaxConnsPerClient, 100 by default); more share the pool.
-const maxQueryConns = 32
+const maxQueryConns = 16
 
 func newConnPool(dialTimeout time.Duration) *connPool {
 	return &connPool{

@@ -91,6 +91,7 @@ func TestHTTP_ConnCapPerClient(t *testing.T) {
 	over := httpConn(t, a)
 	_, _ = fmt.Fprintf(over, "GET /v1/agent/self HTTP/1.1\r\nHost: roam\r\n\r\n")
 	got := readUntilClosed(t, over)
+	t.Logf("over the cap: %q", got)
 	if got != "" {
 		must.StrHasPrefix(t, "HTTP/1.1 429 Too Many Requests", got)
 	}
