@@ -79,6 +79,8 @@ type csiOpts struct {
 	// ServerConfigExtra and ClientConfigExtra are Opts' fields of the same
 	// names: more HCL for every server (client), such as shorter timeouts.
 	ServerConfigExtra, ClientConfigExtra string
+	// LogLevel is Opts' field of the same name (DEBUG when empty).
+	LogLevel string
 }
 
 // startCSICluster starts the cluster and one monolith hostpath plugin per
@@ -166,6 +168,7 @@ func startCSICluster(t *testing.T, opts csiOpts) *csiCluster {
 		Clients:           opts.Clients,
 		ServerConfigExtra: opts.ServerConfigExtra,
 		ClientConfigExtra: opts.ClientConfigExtra,
+		LogLevel:          opts.LogLevel,
 		ClientConfigFor: func(name string) string {
 			if !opts.ExternalPlugins {
 				return ""

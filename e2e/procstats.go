@@ -1,0 +1,264 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Process figures the bad-input and storm suites judge agents by: resident
+// memory read from /proc, goroutines and Raft indexes read from the
+// agent's own API, and a memory guard that keeps a runaway agent from
+// taking the shared machine down with it.
+
+// PID returns the pid of the running process, 0 if none runs.
+func (a *Agent) PID() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if !a.running || a.proc == nil {
+		return 0
+	}
+	return a.proc.Pid
+}
+
+// procRSS returns a process's resident set size in bytes (VmRSS).
+func procRSS(pid int) (int64, error) {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		rest, ok := strings.CutPrefix(sc.Text(), "VmRSS:")
+		if !ok {
+			continue
+		}
+		fields := strings.Fields(rest)
+		if len(fields) != 2 || fields[1] != "kB" {
+			return 0, fmt.Errorf("pid %d: unexpected VmRSS line %q", pid, sc.Text())
+		}
+		kb, err := strconv.ParseInt(fields[0], 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("pid %d: VmRSS %q: %w", pid, fields[0], err)
+		}
+		return kb << 10, nil
+	}
+	if err := sc.Err(); err != nil {
+		return 0, err
+	}
+	return 0, fmt.Errorf("pid %d: no VmRSS (a zombie?)", pid)
+}
+
+// RSS returns the agent's resident set size in bytes.
+func (a *Agent) RSS() (int64, error) {
+	pid := a.PID()
+	if pid == 0 {
+		return 0, fmt.Errorf("agent %s is not running", a.Name)
+	}
+	return procRSS(pid)
+}
+
+// mib renders a byte count in MiB for logs.
+func mib(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }
+
+// selfStats is the part of /v1/agent/self the suites read.
+type selfStats struct {
+	Stats map[string]map[string]string
+}
+
+// AgentRuntime is what an agent reports about itself.
+type AgentRuntime struct {
+	// Goroutines is runtime.NumGoroutine() in the agent.
+	Goroutines int
+	// RaftLastIndex is the last index in the server's Raft log (0 on a
+	// client-only agent).
+	RaftLastIndex uint64
+	// RaftApplied is the last index the server's FSM applied.
+	RaftApplied uint64
+}
+
+// ReadRuntime reads /v1/agent/self of the agent at base.
+func ReadRuntime(base string) (*AgentRuntime, error) {
+	var s selfStats
+	if err := GetJSON(base, "/v1/agent/self", &s); err != nil {
+		return nil, err
+	}
+	out := &AgentRuntime{}
+	g, err := strconv.Atoi(s.Stats["runtime"]["goroutines"])
+	if err != nil {
+		return nil, fmt.Errorf("%s: goroutines %q: %w", base, s.Stats["runtime"]["goroutines"], err)
+	}
+	out.Goroutines = g
+	if raft := s.Stats["raft"]; raft != nil {
+		if out.RaftLastIndex, err = strconv.ParseUint(raft["last_log_index"], 10, 64); err != nil {
+			return nil, fmt.Errorf("%s: raft last_log_index %q: %w", base, raft["last_log_index"], err)
+		}
+		if out.RaftApplied, err = strconv.ParseUint(raft["applied_index"], 10, 64); err != nil {
+			return nil, fmt.Errorf("%s: raft applied_index %q: %w", base, raft["applied_index"], err)
+		}
+	}
+	return out, nil
+}
+
+// memGuardCap is the resident memory at which the guard kills an agent.
+// It is not a bound any test asserts (theirs are far lower); it keeps an
+// agent that a bad input sends into unbounded growth (the issue saw 2.3 GB
+// and counting) from exhausting a machine that others share.
+const memGuardCap = 1 << 30
+
+// memGuard polls the resident memory of a set of agents, remembers each
+// one's peak since the last reset, and SIGKILLs any agent above its cap.
+type memGuard struct {
+	cap  int64
+	stop chan struct{}
+	done chan struct{}
+
+	mu     sync.Mutex
+	agents []*Agent
+	peak   map[*Agent]int64
+	killed map[*Agent]int64 // RSS at which the guard killed the agent
+}
+
+// memGuardGap is how often the guard reads every agent's RSS. Growth of
+// 100 MB/s overshoots the cap by at most a few MB.
+const memGuardGap = 25 * time.Millisecond
+
+// guardMemory starts a guard over agents (more can be added) until the
+// test ends.
+func guardMemory(t testing.TB, limit int64, agents ...*Agent) *memGuard {
+	g := &memGuard{
+		cap:    limit,
+		stop:   make(chan struct{}),
+		done:   make(chan struct{}),
+		agents: agents,
+		peak:   make(map[*Agent]int64),
+		killed: make(map[*Agent]int64),
+	}
+	go g.run()
+	t.Cleanup(func() {
+		close(g.stop)
+		<-g.done
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		for a, rss := range g.killed {
+			t.Logf("e2e: memory guard killed %s at %s (cap %s)", a.Name, mib(rss), mib(g.cap))
+		}
+	})
+	return g
+}
+
+// add guards more agents.
+func (g *memGuard) add(agents ...*Agent) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.agents = append(g.agents, agents...)
+}
+
+func (g *memGuard) run() {
+	defer close(g.done)
+	tick := time.NewTicker(memGuardGap)
+	defer tick.Stop()
+	for {
+		select {
+		case <-g.stop:
+			return
+		case <-tick.C:
+		}
+		g.mu.Lock()
+		agents := append([]*Agent(nil), g.agents...)
+		g.mu.Unlock()
+		for _, a := range agents {
+			rss, err := a.RSS()
+			if err != nil {
+				continue // not running
+			}
+			g.mu.Lock()
+			if rss > g.peak[a] {
+				g.peak[a] = rss
+			}
+			over := rss > g.cap
+			if over {
+				g.killed[a] = rss
+			}
+			g.mu.Unlock()
+			if over {
+				_ = a.Signal(syscall.SIGKILL)
+			}
+		}
+	}
+}
+
+// reset starts a new peak for each agent at its current RSS.
+func (g *memGuard) reset(agents ...*Agent) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, a := range agents {
+		rss, _ := a.RSS()
+		g.peak[a] = rss
+	}
+}
+
+// peakOf is the highest RSS seen for a since the last reset.
+func (g *memGuard) peakOf(a *Agent) int64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.peak[a]
+}
+
+// killedAt reports whether the guard killed a, and at what RSS.
+func (g *memGuard) killedAt(a *Agent) (int64, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	rss, ok := g.killed[a]
+	return rss, ok
+}
+
+// forget clears a's kill record once it has been reported.
+func (g *memGuard) forget(a *Agent) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	delete(g.killed, a)
+}
+
+// logOffset is the current size of an agent's log, so lines written after
+// it can be counted.
+func (a *Agent) logOffset() int64 {
+	st, err := os.Stat(a.LogPath)
+	if err != nil {
+		return 0
+	}
+	return st.Size()
+}
+
+// logLinesSince returns the log lines written after offset that contain
+// every one of subs.
+func (a *Agent) logLinesSince(offset int64, subs ...string) []string {
+	b, err := os.ReadFile(a.LogPath)
+	if err != nil || int64(len(b)) < offset {
+		return nil
+	}
+	var out []string
+	for _, line := range bytes.Split(b[offset:], []byte("\n")) {
+		ok := len(line) > 0
+		for _, s := range subs {
+			if !bytes.Contains(line, []byte(s)) {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			out = append(out, string(line))
+		}
+	}
+	return out
+}
