@@ -88,7 +88,12 @@ func TestStorm(t *testing.T) {
 		}
 		return nil
 	})
-	base := readServerFigures(t, cc)
+	// The baseline is the cluster at rest, as it will be at the end: the
+	// loop paused between cycles, its idle connections closed.
+	var base []serverFigures
+	loop.whilePaused(func() {
+		base = settledServerFigures(t, cc)
+	})
 	for i, s := range cc.Servers {
 		t.Logf("baseline %s: %d goroutines, RSS %s", s.Name, base[i].goroutines, mib(base[i].rss))
 	}
@@ -173,6 +178,28 @@ func TestStorm(t *testing.T) {
 type serverFigures struct {
 	goroutines int
 	rss        int64
+}
+
+// settledServerFigures waits until the servers' goroutine counts hold
+// still (the connections just closed have ended in them) and returns the
+// figures then.
+func settledServerFigures(t *testing.T, cc *csiCluster) []serverFigures {
+	t.Helper()
+	var prev []serverFigures
+	WaitFor(t, settle, func() error {
+		now := readServerFigures(t, cc)
+		defer func() { prev = now }()
+		if prev == nil {
+			return errors.New("first sample")
+		}
+		for i := range now {
+			if now[i].goroutines != prev[i].goroutines {
+				return fmt.Errorf("%s: goroutines moving (%d, then %d)", cc.Servers[i].Name, prev[i].goroutines, now[i].goroutines)
+			}
+		}
+		return nil
+	})
+	return prev
 }
 
 // readServerFigures reads every server's goroutine count and RSS.
@@ -266,6 +293,10 @@ type claimLoop struct {
 	halt context.CancelFunc
 	wg   sync.WaitGroup
 
+	// gate is held (shared) by each worker through a cycle, so that
+	// whilePaused can hold the loop between cycles.
+	gate sync.RWMutex
+
 	mu      sync.Mutex
 	samples []claimSample
 	cycles  []int
@@ -296,6 +327,15 @@ func startClaimLoop(t *testing.T, cc *csiCluster, vols []string) *claimLoop {
 	return l
 }
 
+// whilePaused runs f once every worker is between cycles and none can
+// start another, with the loop's idle connections closed.
+func (l *claimLoop) whilePaused(f func()) {
+	l.gate.Lock()
+	defer l.gate.Unlock()
+	l.http.CloseIdleConnections()
+	f()
+}
+
 // stop ends the workers (each finishes its step) and drops idle
 // connections, which would otherwise count in the servers' goroutines.
 func (l *claimLoop) stop() {
@@ -319,53 +359,62 @@ func (l *claimLoop) worker(i int) {
 	defer l.wg.Done()
 	vol := l.vols[i]
 	for n := 0; l.ctx.Err() == nil; n++ {
-		jobID := fmt.Sprintf("claim-%d-%d", i, n)
-		base := l.server(i)
-		v, idx, err := l.volume(base, vol, 0)
-		if err != nil {
-			l.fail(i, "read volume: %v", err)
-			l.pause()
-			continue
-		}
-		if len(v.Claims) > 0 {
-			// The previous cycle's claim is still being freed.
-			_, _ = l.waitVolume(base, vol, idx, func(v *api.CSIVolume) bool { return len(v.Claims) == 0 })
-			continue
-		}
-		start := time.Now()
-		ans, err := sendHTTP(l.http, http.MethodPut, base+"/v1/jobs", jobJSON(jobOpts{
-			ID: jobID, Type: "batch", Count: 1, Command: "/bin/true", VolumeSource: vol, MountDest: "data",
-		}))
-		if err != nil || ans.Status != http.StatusOK {
-			l.fail(i, "register %s: %v %v", jobID, ans, err)
-			l.pause()
-			continue
-		}
-		idx, err = l.waitVolume(base, vol, idx, func(v *api.CSIVolume) bool {
-			for _, c := range v.Claims {
-				if c.State == "taken" {
-					return true
-				}
+		l.gate.RLock()
+		l.cycle(i, n, vol)
+		l.gate.RUnlock()
+	}
+}
+
+// cycle is one claim and release of vol by worker i: register a batch
+// job mounting it, wait for the claim to be taken (the sample), wait for
+// it to be freed, purge the job.
+func (l *claimLoop) cycle(i, n int, vol string) {
+	jobID := fmt.Sprintf("claim-%d-%d", i, n)
+	base := l.server(i)
+	v, idx, err := l.volume(base, vol, 0)
+	if err != nil {
+		l.fail(i, "read volume: %v", err)
+		l.pause()
+		return
+	}
+	if len(v.Claims) > 0 {
+		// The previous cycle's claim is still being freed.
+		_, _ = l.waitVolume(base, vol, idx, func(v *api.CSIVolume) bool { return len(v.Claims) == 0 })
+		return
+	}
+	start := time.Now()
+	ans, err := sendHTTP(l.http, http.MethodPut, base+"/v1/jobs", jobJSON(jobOpts{
+		ID: jobID, Type: "batch", Count: 1, Command: "/bin/true", VolumeSource: vol, MountDest: "data",
+	}))
+	if err != nil || ans.Status != http.StatusOK {
+		l.fail(i, "register %s: %v %v", jobID, ans, err)
+		l.pause()
+		return
+	}
+	idx, err = l.waitVolume(base, vol, idx, func(v *api.CSIVolume) bool {
+		for _, c := range v.Claims {
+			if c.State == "taken" {
+				return true
 			}
-			return false
-		})
-		taken := time.Now()
-		switch {
-		case l.ctx.Err() != nil:
-			return // stopped mid-cycle: no sample
-		case err != nil:
-			l.fail(i, "%s: claim not taken: %v", jobID, err)
 		}
-		l.mu.Lock()
-		l.samples = append(l.samples, claimSample{worker: i, start: start, taken: taken})
-		l.cycles[i]++
-		l.mu.Unlock()
-		if _, err := l.waitVolume(base, vol, idx, func(v *api.CSIVolume) bool { return len(v.Claims) == 0 }); err != nil && l.ctx.Err() == nil {
-			l.fail(i, "%s: claim not freed: %v", jobID, err)
-		}
-		if ans, err := sendHTTP(l.http, http.MethodDelete, base+"/v1/job/"+jobID+"?purge=true", nil); err != nil || ans.Status != http.StatusOK {
-			l.fail(i, "purge %s: %v %v", jobID, ans, err)
-		}
+		return false
+	})
+	taken := time.Now()
+	switch {
+	case l.ctx.Err() != nil:
+		return // stopped mid-cycle: no sample
+	case err != nil:
+		l.fail(i, "%s: claim not taken: %v", jobID, err)
+	}
+	l.mu.Lock()
+	l.samples = append(l.samples, claimSample{worker: i, start: start, taken: taken})
+	l.cycles[i]++
+	l.mu.Unlock()
+	if _, err := l.waitVolume(base, vol, idx, func(v *api.CSIVolume) bool { return len(v.Claims) == 0 }); err != nil && l.ctx.Err() == nil {
+		l.fail(i, "%s: claim not freed: %v", jobID, err)
+	}
+	if ans, err := sendHTTP(l.http, http.MethodDelete, base+"/v1/job/"+jobID+"?purge=true", nil); err != nil || ans.Status != http.StatusOK {
+		l.fail(i, "purge %s: %v %v", jobID, ans, err)
 	}
 }
 
