@@ -5,25 +5,23 @@ package e2e
 import (
 	"context"
 	"crypto/rand"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	mrand "math/rand/v2"
 	"net"
 	"net/http"
+	"os"
 	"slices"
 	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/shoenig/test"
 	"github.com/shoenig/test/must"
-
-	"github.com/roamhq/roam/api"
 )
 
 // TestStorm runs a loop of jobs claiming and releasing CSI volumes on a
@@ -47,8 +45,8 @@ func TestStorm(t *testing.T) {
 		servers, clients = 3, 2
 		workers          = 4 // claim loops, one volume each
 		stormWindow      = 10 * time.Second
-		stormWindows     = 6 // of each kind: 60 s quiet, 60 s stormy
-		warmCycles       = 3 // per claim worker before the baseline
+		stormWindows     = 6  // of each kind: 60 s quiet, 60 s stormy
+		warmCycles       = 20 // per claim worker before the baseline
 		// maxP99Ratio is the acceptance bound: p99 with the storm at most
 		// twice p99 without.
 		maxP99Ratio = 2.0
@@ -59,8 +57,9 @@ func TestStorm(t *testing.T) {
 		settleWithin = 3 * time.Minute
 		// backWithin is "back within 10% of the baseline".
 		backWithin = 0.10
-		// minSamples per kind of window, below which a p99 means nothing.
-		minSamples = 30
+		// minSamples per kind of window, below which a p99 is little more
+		// than the maximum.
+		minSamples = 200
 	)
 	cc := startCSICluster(t, csiOpts{
 		Servers: servers, Clients: clients,
@@ -72,6 +71,8 @@ func TestStorm(t *testing.T) {
 	guard := guardMemory(t, memGuardCap, agents...)
 	deaths := watchDeaths(t, agents)
 
+	// One volume and one running allocation per claim worker; each
+	// worker claims its volume as its allocation's node.
 	vols := make([]string, workers)
 	for i := range vols {
 		vols[i] = fmt.Sprintf("storm-vol-%d", i)
@@ -80,9 +81,30 @@ func TestStorm(t *testing.T) {
 	for i, v := range vols {
 		cc.registerVolumeHTTP(t, v, ext[i])
 	}
+	ids := map[string]*nodeIdentity{}
+	for _, c := range cc.Clients {
+		id, err := readNodeIdentity(c.DataDir)
+		must.NoError(t, err)
+		ids[id.NodeID] = id
+	}
+	cc.RunJob(serviceJob("claim-holders", workers, "", sleepScript))
+	holders := cc.WaitJobAllocs("claim-holders", csiSettle, func(list []*Alloc) error {
+		if r := running(list); len(r) != workers {
+			return fmt.Errorf("%d of %d holders running", len(r), workers)
+		}
+		return nil
+	})
+	var claimers []claimWorker
+	for i, a := range running(holders) {
+		claimers = append(claimers, claimWorker{
+			VolumeID: vols[i], AllocID: a.ID, Node: ids[a.NodeID],
+			Server: cc.Servers[i%len(cc.Servers)].RPCAddr(),
+		})
+		must.NotNil(t, ids[a.NodeID], must.Sprintf("holder %s on an unknown node", a))
+	}
 
-	loop := startClaimLoop(t, cc, vols)
-	WaitFor(t, 2*time.Minute, func() error {
+	loop := startClaimLoop(t, claimers)
+	WaitFor(t, time.Minute, func() error {
 		if n := loop.minCycles(); n < warmCycles {
 			return fmt.Errorf("claim workers warming up: the slowest has done %d cycles of %d; errors: %v", n, warmCycles, loop.errorSummary())
 		}
@@ -111,7 +133,7 @@ func TestStorm(t *testing.T) {
 		}
 		w.end = time.Now()
 		windows = append(windows, w)
-		t.Logf("%s window %d: %s", w.kind(), i/2, w.end.Sub(w.start).Round(time.Millisecond))
+		t.Logf("%s window %d: %s to %s", w.kind(), i/2, w.start.UTC().Format(hclogTime), w.end.UTC().Format(hclogTime))
 	}
 	loop.stop()
 	t.Logf("storm traffic: %s", st.summary())
@@ -126,10 +148,15 @@ func TestStorm(t *testing.T) {
 		}
 	}
 
+	// Leader elections, by the windows they started in: a storm that
+	// starves Raft shows here first.
+	quietElections, stormyElections := electionsByWindow(cc, windows)
+	t.Logf("elections started: %d in quiet windows, %d in stormy ones", quietElections, stormyElections)
+
 	// p99 of claim latency, quiet against stormy.
-	quiet, stormy, straddled := loop.split(windows)
-	t.Logf("claim cycles: %d in quiet windows, %d in stormy ones, %d across a boundary (not counted), %d errors",
-		len(quiet), len(stormy), straddled, loop.errorCount())
+	quiet, stormy, straddled, failedQuiet, failedStormy := loop.split(windows)
+	t.Logf("claim calls: %d in quiet windows (%d failed), %d in stormy ones (%d failed), %d across a boundary (not counted)",
+		len(quiet), failedQuiet, len(stormy), failedStormy, straddled)
 	for _, e := range loop.errorSummary() {
 		t.Logf("  claim loop error: %s", e)
 	}
@@ -137,7 +164,8 @@ func TestStorm(t *testing.T) {
 	t.Logf("claim latency quiet:  %s", latencySummary(quiet))
 	t.Logf("claim latency stormy: %s", latencySummary(stormy))
 	ratio := float64(ps) / float64(pq)
-	t.Logf("p99 stormy / p99 quiet = %s / %s = %.2f (bound %.1f)", ps.Round(time.Millisecond), pq.Round(time.Millisecond), ratio, maxP99Ratio)
+	t.Logf("p99 stormy / p99 quiet = %s / %s = %.2f (bound %.1f)", fmtMS(ps), fmtMS(pq), ratio, maxP99Ratio)
+	test.Eq(t, 0, failedStormy, test.Sprint("claims that failed during the storm"))
 	test.GreaterEq(t, minSamples, len(quiet), test.Sprint("too few quiet claim cycles for a p99"))
 	test.GreaterEq(t, minSamples, len(stormy), test.Sprint("too few stormy claim cycles for a p99"))
 	test.LessEq(t, maxP99Ratio, ratio, test.Sprint("claim p99 under the storm against without it"))
@@ -171,7 +199,101 @@ func TestStorm(t *testing.T) {
 	}
 	if err != nil {
 		t.Errorf("servers not back within %.0f%% of their baseline %s after the storm: %v", 100*backWithin, settleWithin, err)
+		// Which goroutines stayed: the dump of the server with the most
+		// above its baseline (SIGQUIT ends it; the test is over).
+		worst, excess := -1, 0
+		for i := range last {
+			if d := last[i].goroutines - base[i].goroutines; d > excess {
+				worst, excess = i, d
+			}
+		}
+		if worst >= 0 {
+			t.Logf("goroutines of %s after the storm, by top frame:\n%s", cc.Servers[worst].Name, goroutineDump(cc.Servers[worst]))
+		}
 	}
+}
+
+// electionsByWindow counts the elections the servers started (a
+// candidate state entered) in quiet and in stormy windows, from their
+// logs.
+func electionsByWindow(cc *csiCluster, windows []window) (quiet, stormy int) {
+	for _, s := range cc.Servers {
+		for _, line := range s.logLinesSince(0, "entering candidate state") {
+			ts, _, _ := strings.Cut(line, " ")
+			at, err := time.Parse(hclogTime, ts)
+			if err != nil {
+				continue
+			}
+			for _, w := range windows {
+				if !at.Before(w.start) && at.Before(w.end) {
+					if w.stormy {
+						stormy++
+					} else {
+						quiet++
+					}
+				}
+			}
+		}
+	}
+	return quiet, stormy
+}
+
+// goroutineDump sends SIGQUIT to a (the Go runtime prints every
+// goroutine's stack and exits), waits for it to exit, and summarizes the
+// dump from its log: goroutines counted by the first frame of their
+// stack that is not in the runtime or the standard library's sync and
+// net/poll internals.
+func goroutineDump(a *Agent) string {
+	off := a.logOffset()
+	if err := a.Signal(syscall.SIGQUIT); err != nil {
+		return err.Error()
+	}
+	if _, err := a.Wait(killTimeout); err != nil {
+		return err.Error()
+	}
+	b, err := os.ReadFile(a.LogPath)
+	if err != nil || int64(len(b)) < off {
+		return fmt.Sprintf("no dump: %v", err)
+	}
+	counts := map[string]int{}
+	for _, g := range strings.Split(string(b[off:]), "\n\ngoroutine ") {
+		lines := strings.Split(g, "\n")
+		top := "?"
+		for _, l := range lines[1:] {
+			if strings.HasPrefix(l, "\t") || l == "" {
+				continue
+			}
+			fn := l
+			if i := strings.LastIndexByte(fn, '('); i > 0 {
+				fn = fn[:i]
+			}
+			if strings.HasPrefix(fn, "runtime.") || strings.HasPrefix(fn, "sync.") || strings.HasPrefix(fn, "internal/poll.") ||
+				strings.HasPrefix(fn, "net.") || strings.HasPrefix(fn, "bufio.") || strings.HasPrefix(fn, "io.") ||
+				strings.HasPrefix(fn, "created by") {
+				continue
+			}
+			top = fn
+			break
+		}
+		counts[top]++
+	}
+	type kv struct {
+		fn string
+		n  int
+	}
+	var list []kv
+	for fn, n := range counts {
+		list = append(list, kv{fn, n})
+	}
+	sort.Slice(list, func(i, j int) bool { return list[i].n > list[j].n })
+	var out strings.Builder
+	for i, e := range list {
+		if i == 15 {
+			break
+		}
+		fmt.Fprintf(&out, "  %5d %s\n", e.n, e.fn)
+	}
+	return out.String()
 }
 
 // serverFigures is what the storm's aftermath is judged by.
@@ -258,287 +380,6 @@ func watchDeaths(t *testing.T, agents []*Agent) *deathWatch {
 	// agents are stopped on purpose.
 	t.Cleanup(func() { close(stop); <-done })
 	return d
-}
-
-// window is one quiet or stormy stretch of the run.
-type window struct {
-	stormy     bool
-	start, end time.Time
-}
-
-func (w window) kind() string {
-	if w.stormy {
-		return "stormy"
-	}
-	return "quiet"
-}
-
-// claimSample is one cycle of a claim worker.
-type claimSample struct {
-	worker int
-	// start is when the job was sent; taken when its claim was seen taken.
-	start, taken time.Time
-}
-
-func (s claimSample) latency() time.Duration { return s.taken.Sub(s.start) }
-
-// claimLoop runs one worker per volume: register a batch job that mounts
-// the volume and exits, wait for its claim to be taken, wait for the
-// claim to be freed, purge the job; again.
-type claimLoop struct {
-	cc   *csiCluster
-	vols []string
-	http *http.Client
-	ctx  context.Context
-	halt context.CancelFunc
-	wg   sync.WaitGroup
-
-	// gate is held (shared) by each worker through a cycle, so that
-	// whilePaused can hold the loop between cycles.
-	gate sync.RWMutex
-
-	mu      sync.Mutex
-	samples []claimSample
-	cycles  []int
-	errs    []string
-}
-
-// claimCycleBound bounds one step of a cycle. A cycle that passes it
-// counts as a sample of this length, and an error, so that a stalled
-// cluster shows up in the p99 instead of vanishing from it.
-const claimCycleBound = time.Minute
-
-func startClaimLoop(t *testing.T, cc *csiCluster, vols []string) *claimLoop {
-	ctx, cancel := context.WithCancel(context.Background())
-	l := &claimLoop{
-		cc:   cc,
-		vols: vols,
-		// Keep-alive: the loop is a well-behaved client from 127.0.0.1.
-		http:   &http.Client{Timeout: claimCycleBound + 10*time.Second},
-		ctx:    ctx,
-		halt:   cancel,
-		cycles: make([]int, len(vols)),
-	}
-	for i := range vols {
-		l.wg.Add(1)
-		go l.worker(i)
-	}
-	t.Cleanup(l.stop)
-	return l
-}
-
-// whilePaused runs f once every worker is between cycles and none can
-// start another, with the loop's idle connections closed.
-func (l *claimLoop) whilePaused(f func()) {
-	l.gate.Lock()
-	defer l.gate.Unlock()
-	l.http.CloseIdleConnections()
-	f()
-}
-
-// stop ends the workers (each finishes its step) and drops idle
-// connections, which would otherwise count in the servers' goroutines.
-func (l *claimLoop) stop() {
-	l.halt()
-	l.wg.Wait()
-	l.http.CloseIdleConnections()
-}
-
-func (l *claimLoop) fail(i int, format string, args ...any) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.errs = append(l.errs, fmt.Sprintf("worker %d: ", i)+fmt.Sprintf(format, args...))
-}
-
-// server is the HTTP API worker i talks to: the servers take turns.
-func (l *claimLoop) server(i int) string {
-	return l.cc.Servers[i%len(l.cc.Servers)].HTTPAddr()
-}
-
-func (l *claimLoop) worker(i int) {
-	defer l.wg.Done()
-	vol := l.vols[i]
-	for n := 0; l.ctx.Err() == nil; n++ {
-		l.gate.RLock()
-		l.cycle(i, n, vol)
-		l.gate.RUnlock()
-	}
-}
-
-// cycle is one claim and release of vol by worker i: register a batch
-// job mounting it, wait for the claim to be taken (the sample), wait for
-// it to be freed, purge the job.
-func (l *claimLoop) cycle(i, n int, vol string) {
-	jobID := fmt.Sprintf("claim-%d-%d", i, n)
-	base := l.server(i)
-	v, idx, err := l.volume(base, vol, 0)
-	if err != nil {
-		l.fail(i, "read volume: %v", err)
-		l.pause()
-		return
-	}
-	if len(v.Claims) > 0 {
-		// The previous cycle's claim is still being freed.
-		_, _ = l.waitVolume(base, vol, idx, func(v *api.CSIVolume) bool { return len(v.Claims) == 0 })
-		return
-	}
-	start := time.Now()
-	ans, err := sendHTTP(l.http, http.MethodPut, base+"/v1/jobs", jobJSON(jobOpts{
-		ID: jobID, Type: "batch", Count: 1, Command: "/bin/true", VolumeSource: vol, MountDest: "data",
-	}))
-	if err != nil || ans.Status != http.StatusOK {
-		l.fail(i, "register %s: %v %v", jobID, ans, err)
-		l.pause()
-		return
-	}
-	idx, err = l.waitVolume(base, vol, idx, func(v *api.CSIVolume) bool {
-		for _, c := range v.Claims {
-			if c.State == "taken" {
-				return true
-			}
-		}
-		return false
-	})
-	taken := time.Now()
-	switch {
-	case l.ctx.Err() != nil:
-		return // stopped mid-cycle: no sample
-	case err != nil:
-		l.fail(i, "%s: claim not taken: %v", jobID, err)
-	}
-	l.mu.Lock()
-	l.samples = append(l.samples, claimSample{worker: i, start: start, taken: taken})
-	l.cycles[i]++
-	l.mu.Unlock()
-	if _, err := l.waitVolume(base, vol, idx, func(v *api.CSIVolume) bool { return len(v.Claims) == 0 }); err != nil && l.ctx.Err() == nil {
-		l.fail(i, "%s: claim not freed: %v", jobID, err)
-	}
-	if ans, err := sendHTTP(l.http, http.MethodDelete, base+"/v1/job/"+jobID+"?purge=true", nil); err != nil || ans.Status != http.StatusOK {
-		l.fail(i, "purge %s: %v %v", jobID, ans, err)
-	}
-}
-
-// pause backs off after an error, unless the loop is stopping.
-func (l *claimLoop) pause() {
-	select {
-	case <-l.ctx.Done():
-	case <-time.After(time.Second):
-	}
-}
-
-// volume reads a volume, blocking until its index passes index (0: at
-// once).
-func (l *claimLoop) volume(base, id string, index uint64) (*api.CSIVolume, uint64, error) {
-	path := "/v1/volume/csi/" + id
-	if index > 0 {
-		path += fmt.Sprintf("?index=%d&wait=%s", index, claimCycleBound/2)
-	}
-	req, err := http.NewRequestWithContext(l.ctx, http.MethodGet, base+path, nil)
-	if err != nil {
-		return nil, 0, err
-	}
-	resp, err := l.http.Do(req)
-	if err != nil {
-		return nil, 0, err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return nil, 0, err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return nil, 0, fmt.Errorf("GET %s: %s: %s", path, resp.Status, body)
-	}
-	var v api.CSIVolume
-	if err := json.Unmarshal(body, &v); err != nil {
-		return nil, 0, err
-	}
-	var next uint64
-	_, _ = fmt.Sscan(resp.Header.Get("X-Nomad-Index"), &next)
-	return &v, next, nil
-}
-
-// waitVolume follows the volume with blocking queries until cond holds,
-// within claimCycleBound, and returns the index it last saw.
-func (l *claimLoop) waitVolume(base, id string, index uint64, cond func(*api.CSIVolume) bool) (uint64, error) {
-	deadline := time.Now().Add(claimCycleBound)
-	for time.Now().Before(deadline) {
-		v, next, err := l.volume(base, id, index)
-		if err != nil {
-			if l.ctx.Err() != nil {
-				return index, err
-			}
-			l.pause()
-			continue
-		}
-		if cond(v) {
-			return next, nil
-		}
-		index = next
-	}
-	return index, fmt.Errorf("volume %s: condition not met within %s", id, claimCycleBound)
-}
-
-// minCycles is the fewest cycles any worker has completed.
-func (l *claimLoop) minCycles() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return slices.Min(l.cycles)
-}
-
-func (l *claimLoop) errorCount() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return len(l.errs)
-}
-
-// errorSummary is the first few errors.
-func (l *claimLoop) errorSummary() []string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if len(l.errs) > 5 {
-		return append(slices.Clone(l.errs[:5]), fmt.Sprintf("and %d more", len(l.errs)-5))
-	}
-	return slices.Clone(l.errs)
-}
-
-// split sorts the latencies of the samples that lie wholly inside one
-// window into quiet and stormy, and counts those that cross a boundary.
-func (l *claimLoop) split(windows []window) (quiet, stormy []time.Duration, straddled int) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for _, s := range l.samples {
-		placed := false
-		for _, w := range windows {
-			if !s.start.Before(w.start) && !s.taken.After(w.end) {
-				if w.stormy {
-					stormy = append(stormy, s.latency())
-				} else {
-					quiet = append(quiet, s.latency())
-				}
-				placed = true
-				break
-			}
-		}
-		if !placed && !s.start.Before(windows[0].start) && !s.taken.After(windows[len(windows)-1].end) {
-			straddled++
-		}
-	}
-	return quiet, stormy, straddled
-}
-
-// sortedCopy returns ds sorted, for percentile.
-func sortedCopy(ds []time.Duration) []time.Duration {
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	return s
-}
-
-func latencySummary(ds []time.Duration) string {
-	s := sortedCopy(ds)
-	return fmt.Sprintf("n=%d p50=%s p90=%s p99=%s max=%s", len(s),
-		percentile(s, 50).Round(time.Millisecond), percentile(s, 90).Round(time.Millisecond),
-		percentile(s, 99).Round(time.Millisecond), percentile(s, 100).Round(time.Millisecond))
 }
 
 // storm sends bad traffic at a cluster. Every generator is a fixed number
