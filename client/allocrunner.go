@@ -53,8 +53,14 @@ type taskDirs struct {
 	Stderr    string
 }
 
-func allocDirPath(dataDir, allocID string) string {
-	return filepath.Join(dataDir, "alloc", allocID)
+// allocsDir is <DataDir>/alloc, beneath which every allocation
+// directory lies.
+func allocsDir(dataDir string) string { return filepath.Join(dataDir, "alloc") }
+
+// allocDirPath is an allocation's directory; an allocation ID that
+// structs.ValidateID refuses has none.
+func allocDirPath(dataDir, allocID string) (string, error) {
+	return idPath(allocsDir(dataDir), idOf(structs.IDKindAlloc, allocID))
 }
 
 func newTaskDirs(allocDir, task string) taskDirs {
@@ -67,10 +73,13 @@ func newTaskDirs(allocDir, task string) taskDirs {
 	}
 }
 
-// validTaskDirName rejects task names that would escape the alloc dir or
-// collide with the shared directory.
+// validTaskDirName rejects task names that would escape the alloc dir
+// (structs.ValidateID) or collide with the shared directory.
 func validTaskDirName(name string) error {
-	if name == "" || name == "." || name == ".." || name == sharedDirName || strings.ContainsAny(name, "/\x00") {
+	if err := structs.ValidateID(structs.IDKindTask, name); err != nil {
+		return err
+	}
+	if name == sharedDirName {
 		return fmt.Errorf("task name %q cannot be used as a directory name in the allocation", name)
 	}
 	return nil
@@ -78,11 +87,15 @@ func validTaskDirName(name string) error {
 
 // allocRunner runs one allocation's tasks and reports its status.
 type allocRunner struct {
-	id       string
-	allocDir string
-	db       *stateDB
-	hook     VolumeHook
-	logger   hclog.Logger
+	id string
+	// allocsDir is <DataDir>/alloc; allocDir is this allocation's
+	// directory beneath it, "" when its ID cannot name one (setupErr then
+	// says why).
+	allocsDir string
+	allocDir  string
+	db        *stateDB
+	hook      VolumeHook
+	logger    hclog.Logger
 	// report sends the allocation's client-side status to the servers.
 	report func(update *structs.Allocation, terminal bool)
 
@@ -124,20 +137,26 @@ type allocRunnerConfig struct {
 func newAllocRunner(cfg allocRunnerConfig) *allocRunner {
 	alloc := cfg.alloc
 	ar := &allocRunner{
-		id:       alloc.ID,
-		allocDir: allocDirPath(cfg.dataDir, alloc.ID),
-		db:       cfg.db,
-		hook:     cfg.hook,
-		logger:   cfg.logger.With("alloc_id", alloc.ID),
-		report:   cfg.report,
-		doneCh:   make(chan struct{}),
-		alloc:    alloc,
+		id:        alloc.ID,
+		allocsDir: allocsDir(cfg.dataDir),
+		db:        cfg.db,
+		hook:      cfg.hook,
+		logger:    cfg.logger.With("alloc_id", alloc.ID),
+		report:    cfg.report,
+		doneCh:    make(chan struct{}),
+		alloc:     alloc,
+	}
+	allocDir, dirErr := allocDirPath(cfg.dataDir, alloc.ID)
+	if dirErr == nil {
+		ar.allocDir = allocDir
 	}
 	tg := (*structs.TaskGroup)(nil)
 	if alloc.Job != nil {
 		tg = alloc.Job.LookupTaskGroup(alloc.TaskGroup)
 	}
 	switch {
+	case dirErr != nil:
+		ar.setupErr = dirErr
 	case alloc.Job == nil:
 		ar.setupErr = errors.New("allocation arrived without its job")
 	case tg == nil:
@@ -149,10 +168,16 @@ func newAllocRunner(cfg allocRunnerConfig) *allocRunner {
 		return ar
 	}
 	for _, task := range tg.Tasks {
-		if err := validTaskDirName(task.Name); err != nil && ar.setupErr == nil {
-			ar.setupErr = err
+		dirErr := validTaskDirName(task.Name)
+		if dirErr != nil && ar.setupErr == nil {
+			ar.setupErr = dirErr
 		}
-		dirs := newTaskDirs(ar.allocDir, task.Name)
+		// A task that cannot have directories gets none: it never starts
+		// (setupErr), and no path is ever built from its name.
+		var dirs taskDirs
+		if dirErr == nil && ar.allocDir != "" {
+			dirs = newTaskDirs(ar.allocDir, task.Name)
+		}
 		tr := &taskRunner{
 			allocID: alloc.ID,
 			task:    task,
@@ -168,9 +193,16 @@ func newAllocRunner(cfg allocRunnerConfig) *allocRunner {
 			doneCh:  make(chan struct{}),
 			csi:     cfg.csi,
 		}
-		if task.CSIPluginConfig != nil {
-			tr.csiSocket, tr.csiDir = csiPluginSocket(alloc.ID, task, dirs)
-			tr.env["CSI_ENDPOINT"] = "unix://" + tr.csiSocket
+		if task.CSIPluginConfig != nil && dirs.TaskDir != "" {
+			socket, dir, err := csiPluginSocket(alloc.ID, task, dirs)
+			if err != nil {
+				if ar.setupErr == nil {
+					ar.setupErr = err
+				}
+			} else {
+				tr.csiSocket, tr.csiDir = socket, dir
+				tr.env["CSI_ENDPOINT"] = "unix://" + tr.csiSocket
+			}
 		}
 		if cfg.restored != nil && cfg.restored.Tasks[task.Name] != nil {
 			local := cfg.restored.Tasks[task.Name]
@@ -282,16 +314,19 @@ func (ar *allocRunner) restoredRunning() bool {
 	return false
 }
 
-// prepare builds the allocation directory and mounts volumes.
+// prepare builds the allocation directory and mounts volumes. Every
+// directory and link is made through an os.Root: on <DataDir>/alloc for
+// the allocation's own directories, on the task directory for what goes
+// inside it, which its task may have filled with links of its own.
 func (ar *allocRunner) prepare(ctx context.Context) error {
 	shared := filepath.Join(ar.allocDir, sharedDirName)
 	for _, d := range []string{shared, filepath.Join(shared, logsDirName), filepath.Join(shared, "data"), filepath.Join(shared, "tmp")} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
+		if err := mkdirAllIn(ar.allocsDir, d, 0o755); err != nil {
 			return fmt.Errorf("create alloc dir: %w", err)
 		}
 	}
 	for _, tr := range ar.tasks {
-		if err := os.MkdirAll(filepath.Join(tr.dirs.TaskDir, "local"), 0o755); err != nil {
+		if err := mkdirAllIn(ar.allocsDir, filepath.Join(tr.dirs.TaskDir, "local"), 0o755); err != nil {
 			return fmt.Errorf("create task dir: %w", err)
 		}
 	}
@@ -328,14 +363,35 @@ func (ar *allocRunner) prepare(ctx context.Context) error {
 			if !ok {
 				return fmt.Errorf("task %q: volume %q was not mounted", tr.task.Name, vm.Volume)
 			}
-			dst := filepath.Join(tr.dirs.TaskDir, filepath.Clean("/"+vm.Destination))
-			if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-				return fmt.Errorf("task %q: volume_mount %q: %w", tr.task.Name, vm.Volume, err)
-			}
-			if err := os.Symlink(src, dst); err != nil && !errors.Is(err, os.ErrExist) {
+			if err := linkInTaskDir(tr.dirs.TaskDir, vm.Destination, src); err != nil {
 				return fmt.Errorf("task %q: volume_mount %q: %w", tr.task.Name, vm.Volume, err)
 			}
 		}
+	}
+	return nil
+}
+
+// linkInTaskDir makes dest, taken relative to taskDir, a symbolic link to
+// src, creating its parents. It works through an os.Root on taskDir, so a
+// link the task made there cannot lead the parents or the link itself out
+// of it. An existing entry at dest is left as it is.
+func linkInTaskDir(taskDir, dest, src string) error {
+	rel := strings.TrimLeft(filepath.Clean("/"+dest), "/")
+	if rel == "" || !filepath.IsLocal(rel) {
+		return fmt.Errorf("%w: destination %q is not a path inside the task directory", structs.ErrInvalidRequest, dest)
+	}
+	root, err := os.OpenRoot(taskDir)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	if dir := filepath.Dir(rel); dir != "." {
+		if err := root.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+	}
+	if err := root.Symlink(src, rel); err != nil && !errors.Is(err, os.ErrExist) {
+		return err
 	}
 	return nil
 }
@@ -492,8 +548,10 @@ func (ar *allocRunner) destroyNow() {
 	if err := ar.db.deleteAlloc(ar.id); err != nil {
 		ar.logger.Error("failed to forget allocation", "error", err)
 	}
-	if err := os.RemoveAll(ar.allocDir); err != nil {
-		ar.logger.Error("failed to remove allocation directory", "error", err)
+	if ar.allocDir != "" {
+		if err := removeAllIn(ar.allocsDir, ar.allocDir); err != nil {
+			ar.logger.Error("failed to remove allocation directory", "error", err)
+		}
 	}
 	ar.logger.Info("allocation garbage collected")
 	if onDestroy != nil {

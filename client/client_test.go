@@ -408,6 +408,10 @@ func TestConfig_Validate(t *testing.T) {
 		{"backoff range inverted", func(c *Config) { c.MaxRetryBackoff = c.MinRetryBackoff / 2 }, "backoff"},
 		{"zero dial timeout", func(c *Config) { c.DialTimeout = 0 }, "dial timeout"},
 		{"zero csi node call timeout", func(c *Config) { c.CSINodeCallTimeout = 0 }, "csi node call timeout"},
+		{"node name with slash", func(c *Config) { c.NodeName = "a/b" }, `node name "a/b" holds '/'`},
+		{"plugin ID traversal", func(c *Config) {
+			c.CSIPlugins = map[string]*CSIPluginConfig{"../p": {ID: "../p", Type: CSIPluginTypeNode, Socket: "/run/p.sock"}}
+		}, `plugin ID "../p"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := valid()

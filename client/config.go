@@ -93,6 +93,9 @@ func (p *CSIPluginConfig) Validate() error {
 		return errors.New("csi plugin config is nil")
 	case p.ID == "":
 		return errors.New("csi plugin: id is required")
+	case structs.ValidateID(structs.IDKindPlugin, p.ID) != nil:
+		// The ID names this client's directories for the plugin's volumes.
+		return fmt.Errorf("csi plugin: %w", structs.ValidateID(structs.IDKindPlugin, p.ID))
 	case p.Type != CSIPluginTypeController && p.Type != CSIPluginTypeNode && p.Type != CSIPluginTypeMonolith:
 		return fmt.Errorf("csi plugin %q: type = %q, want controller, node or monolith", p.ID, p.Type)
 	case p.Socket == "":
@@ -154,6 +157,13 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("client config: csi controller wait = %s, must not be negative", c.CSIControllerWait)
 	case c.CSINodeCallTimeout <= 0:
 		return fmt.Errorf("client config: csi node call timeout = %s, must be positive", c.CSINodeCallTimeout)
+	}
+	// The servers refuse a node whose name breaks the ID rule: say so at
+	// start rather than in a registration retried forever.
+	if c.NodeName != "" {
+		if err := structs.ValidateID(structs.IDKindNodeName, c.NodeName); err != nil {
+			return fmt.Errorf("client config: %w", err)
+		}
 	}
 	for id, p := range c.CSIPlugins {
 		if err := p.Validate(); err != nil {

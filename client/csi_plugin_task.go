@@ -38,15 +38,29 @@ var _ csiPluginHost = (*csiManager)(nil)
 // a unix socket, roam-csi-<alloc ID prefix>-<task>.sock in the temp dir,
 // or in /tmp when $TMPDIR is itself too deep for the socket to fit. Each is
 // stable for the allocation, so a restarted client finds the plugin again.
-func csiPluginSocket(allocID string, task *structs.Task, dirs taskDirs) (socket, dir string) {
+// A mount_dir that would lead out of the task directory is an error (the
+// servers refuse one; this client does not rely on it), and so are an
+// allocation ID or task name that structs.ValidateID refuses, which the
+// socket's name in the temp dir is made of.
+func csiPluginSocket(allocID string, task *structs.Task, dirs taskDirs) (socket, dir string, err error) {
 	mountDir := strings.TrimLeft(task.CSIPluginConfig.MountDir, "/")
 	if mountDir == "" {
 		mountDir = structs.DefaultCSIPluginMountDir
 	}
+	if !filepath.IsLocal(mountDir) {
+		return "", "", fmt.Errorf("%w: task %q: csi_plugin mount_dir %q leads out of the task directory",
+			structs.ErrInvalidRequest, task.Name, task.CSIPluginConfig.MountDir)
+	}
+	if err := structs.ValidateID(structs.IDKindAlloc, allocID); err != nil {
+		return "", "", err
+	}
+	if err := structs.ValidateID(structs.IDKindTask, task.Name); err != nil {
+		return "", "", err
+	}
 	dir = filepath.Join(dirs.TaskDir, mountDir)
 	socket = filepath.Join(dir, csiSocketName)
 	if len(socket) <= maxCSISocketPath {
-		return socket, dir
+		return socket, dir, nil
 	}
 	short := allocID
 	if len(short) > 8 {
@@ -57,7 +71,7 @@ func csiPluginSocket(allocID string, task *structs.Task, dirs taskDirs) (socket,
 	if len(socket) > maxCSISocketPath {
 		socket = filepath.Join("/tmp", name)
 	}
-	return socket, dir
+	return socket, dir, nil
 }
 
 // csiPluginConfigFor is what the CSI manager is given for a plugin task.
@@ -67,15 +81,29 @@ func csiPluginConfigFor(task *structs.Task, socket string) *CSIPluginConfig {
 
 // prepareCSIPlugin creates a plugin task's mount_dir and removes a socket
 // left by an earlier run, so the plugin can bind and the client does not
-// talk to a dead one. Called before each start.
+// talk to a dead one. Called before each start. The task may have put
+// links in its own directory: both go through an os.Root on it, so
+// neither creates nor removes anything outside it. A socket in the temp
+// dir has a name of the client's making, with no directory of the task's
+// on its way.
 func (tr *taskRunner) prepareCSIPlugin() error {
 	if tr.csiSocket == "" {
 		return nil
 	}
-	if err := os.MkdirAll(tr.csiDir, 0o755); err != nil {
+	if err := mkdirAllIn(tr.dirs.TaskDir, tr.csiDir, 0o755); err != nil {
 		return fmt.Errorf("csi plugin mount dir: %w", err)
 	}
-	if err := os.Remove(tr.csiSocket); err != nil && !errors.Is(err, os.ErrNotExist) {
+	var err error
+	if rel, rerr := relUnder(tr.dirs.TaskDir, tr.csiSocket); rerr == nil {
+		var root *os.Root
+		if root, err = os.OpenRoot(tr.dirs.TaskDir); err == nil {
+			err = root.Remove(rel)
+			root.Close()
+		}
+	} else {
+		err = os.Remove(tr.csiSocket)
+	}
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("csi plugin socket: %w", err)
 	}
 	return nil

@@ -16,13 +16,15 @@ func TestCSIPluginSocket(t *testing.T) {
 	task := &structs.Task{Name: "plugin", CSIPluginConfig: &structs.TaskCSIPluginConfig{ID: "hp", Type: "node", MountDir: "/csi"}}
 	allocID := "0123456789abcdef"
 
-	sock, dir := csiPluginSocket(allocID, task, taskDirs{TaskDir: "/d/alloc/a/plugin"})
+	sock, dir, err := csiPluginSocket(allocID, task, taskDirs{TaskDir: "/d/alloc/a/plugin"})
+	must.NoError(t, err)
 	must.Eq(t, "/d/alloc/a/plugin/csi/csi.sock", sock)
 	must.Eq(t, "/d/alloc/a/plugin/csi", dir)
 
 	// Too long for sun_path: a short path under the temp dir instead.
 	long := "/" + strings.Repeat("x", 120) + "/plugin"
-	sock, dir = csiPluginSocket(allocID, task, taskDirs{TaskDir: long})
+	sock, dir, err = csiPluginSocket(allocID, task, taskDirs{TaskDir: long})
+	must.NoError(t, err)
 	must.Eq(t, filepath.Join(os.TempDir(), "roam-csi-01234567-plugin.sock"), sock)
 	must.Eq(t, long+"/csi", dir)
 
@@ -30,7 +32,8 @@ func TestCSIPluginSocket(t *testing.T) {
 	// with EINVAL): /tmp instead.
 	deep := t.TempDir() + "/" + strings.Repeat("y", 80)
 	t.Setenv("TMPDIR", deep)
-	sock, _ = csiPluginSocket(allocID, task, taskDirs{TaskDir: long})
+	sock, _, err = csiPluginSocket(allocID, task, taskDirs{TaskDir: long})
+	must.NoError(t, err)
 	must.Eq(t, "/tmp/roam-csi-01234567-plugin.sock", sock)
 }
 

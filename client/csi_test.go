@@ -640,11 +640,12 @@ func TestCSIVolumes_FailedPublishUnstagesBeforeRelease(t *testing.T) {
 	alloc := &structs.Allocation{ID: "alloc-half"}
 	// A regular file where the plugin must publish makes NodePublishVolume
 	// fail after NodeStageVolume succeeded.
-	target := s.vols.targetPath("hp", alloc.ID, "roam-"+ext)
+	target, err := s.vols.targetPath("hp", alloc.ID, "roam-"+ext)
+	must.NoError(t, err)
 	must.NoError(t, os.MkdirAll(filepath.Dir(target), 0o700))
 	must.NoError(t, os.WriteFile(target, []byte("in the way"), 0o600))
 
-	_, err := s.vols.Mount(context.Background(), alloc, volumeRequest(ext))
+	_, err = s.vols.Mount(context.Background(), alloc, volumeRequest(ext))
 	must.Error(t, err)
 	log, cerr := hostpath.ReadCallLog(s.stateDir, "node-h")
 	must.NoError(t, cerr)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -129,12 +128,21 @@ func newCSIVolumeManager(cfg csiVolumeManagerConfig) *csiVolumeManager {
 	}
 }
 
-func (m *csiVolumeManager) stagingPath(pluginID, volumeID string) string {
-	return filepath.Join(m.cfg.DataDir, "csi", pluginID, "staging", volumeID)
+// csiDir is DataDir/csi, beneath which every path of the manager's lies.
+func (m *csiVolumeManager) csiDir() string { return filepath.Join(m.cfg.DataDir, "csi") }
+
+// stagingPath is a volume's staging path. The IDs come from the servers;
+// one that structs.ValidateID refuses is an error, never a path outside
+// csiDir.
+func (m *csiVolumeManager) stagingPath(pluginID, volumeID string) (string, error) {
+	return idPath(m.csiDir(), idOf(structs.IDKindPlugin, pluginID), fixed("staging"), idOf(structs.IDKindVolume, volumeID))
 }
 
-func (m *csiVolumeManager) targetPath(pluginID, allocID, volumeID string) string {
-	return filepath.Join(m.cfg.DataDir, "csi", pluginID, "per-alloc", allocID, volumeID)
+// targetPath is an allocation's target path for a volume, under the same
+// rule as stagingPath.
+func (m *csiVolumeManager) targetPath(pluginID, allocID, volumeID string) (string, error) {
+	return idPath(m.csiDir(), idOf(structs.IDKindPlugin, pluginID), fixed("per-alloc"),
+		idOf(structs.IDKindAlloc, allocID), idOf(structs.IDKindVolume, volumeID))
 }
 
 // lock takes the volume for one operation; the returned func gives it back.
@@ -302,6 +310,17 @@ func (m *csiVolumeManager) mountOne(ctx context.Context, alloc *structs.Allocati
 			}
 		}
 	}()
+	// Both paths are built before any plugin call: IDs that could not
+	// name a directory here fail the mount (releasing the claim) with
+	// nothing created and nothing asked of the plugin.
+	staging, err := m.stagingPath(vol.PluginID, vol.ID)
+	if err != nil {
+		return "", err
+	}
+	target, err := m.targetPath(vol.PluginID, alloc.ID, vol.ID)
+	if err != nil {
+		return "", err
+	}
 	p, err := m.waitNodePlugin(ctx, vol.PluginID)
 	if err != nil {
 		return "", err
@@ -335,11 +354,11 @@ func (m *csiVolumeManager) mountOne(ctx context.Context, alloc *structs.Allocati
 	}
 	defer unlock()
 
-	staging := ""
-	if stage {
-		staging = m.stagingPath(vol.PluginID, vol.ID)
+	if !stage {
+		staging = "" // the plugin stages nothing: it is sent no staging path
+	} else {
 		if !u.staged {
-			if err := os.MkdirAll(staging, 0o700); err != nil {
+			if err := mkdirAllIn(m.csiDir(), staging, 0o700); err != nil {
 				return "", fmt.Errorf("create staging dir: %w", err)
 			}
 			cctx, cancel := m.callCtx(ctx)
@@ -360,9 +379,8 @@ func (m *csiVolumeManager) mountOne(ctx context.Context, alloc *structs.Allocati
 		}
 	}
 
-	target := m.targetPath(vol.PluginID, alloc.ID, vol.ID)
 	// The plugin creates the target itself; its parent is ours.
-	if err := os.MkdirAll(filepath.Dir(target), 0o700); err != nil {
+	if err := mkdirAllIn(m.csiDir(), filepath.Dir(target), 0o700); err != nil {
 		return "", fmt.Errorf("create alloc mount dir: %w", err)
 	}
 	cctx, cancel = m.callCtx(ctx)
@@ -477,10 +495,14 @@ func (m *csiVolumeManager) unmountOne(ctx context.Context, allocID string, mnt *
 		u.staged = false
 		return nil
 	}
+	staging, err := m.stagingPath(mnt.PluginID, mnt.VolumeID)
+	if err != nil {
+		return err
+	}
 	cctx, cancel = m.callCtx(ctx)
 	_, err = p.client.NodeUnstageVolume(cctx, &csi.NodeUnstageVolumeRequest{
 		VolumeId:          mnt.ExternalID,
-		StagingTargetPath: m.stagingPath(mnt.PluginID, mnt.VolumeID),
+		StagingTargetPath: staging,
 	})
 	cancel()
 	if err != nil && !errors.Is(err, structs.ErrCSINotFound) {
@@ -513,11 +535,18 @@ func (m *csiVolumeManager) detach(ctx context.Context, args *structs.ClientCSINo
 	m.mu.Unlock()
 	unknown := mnt == nil
 	if unknown {
+		// Rebuilt from the server's IDs: refused, before the plugin is
+		// asked to unpublish or unstage anything, unless each is one
+		// plain name beneath csiDir.
+		target, err := m.targetPath(args.PluginID, args.AllocID, args.VolumeID)
+		if err != nil {
+			return err
+		}
 		mnt = &csiAllocMount{
 			PluginID:   args.PluginID,
 			VolumeID:   args.VolumeID,
 			ExternalID: args.ExternalID,
-			Target:     m.targetPath(args.PluginID, args.AllocID, args.VolumeID),
+			Target:     target,
 		}
 	}
 	if err := m.unmountOne(ctx, args.AllocID, mnt, unknown); err != nil {

@@ -55,6 +55,7 @@ func runPluginCSIHostpath(args []string, out, errOut io.Writer) int {
 	fs.StringVar(&cfg.Endpoint, "endpoint", "", "unix socket to serve on, as unix:///abs/path (required)")
 	fs.StringVar(&cfg.NodeID, "node-id", "", "this node's ID (required)")
 	fs.StringVar(&cfg.StateDir, "state-dir", "", "directory for plugin state and volume data, shared by the plugins on this machine (required)")
+	fs.StringVar(&cfg.TargetRoot, "target-root", "", "directory beneath which node staging and target paths must lie, such as a Roam client's <data_dir>/csi (default: any absolute path outside -state-dir)")
 	fs.StringVar(&mode, "mode", string(cfg.Mode), "services to serve: controller, node or monolith")
 	fs.DurationVar(&cfg.PublishLatency, "publish-latency", cfg.PublishLatency, "how long controller publish and unpublish take")
 	fs.Int64Var(&cfg.MaxVolumesPerNode, "max-volumes-per-node", cfg.MaxVolumesPerNode, "volumes that may be attached to this node at once (0: no limit)")

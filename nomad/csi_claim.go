@@ -57,6 +57,15 @@ func (c *CSIVolume) Claim(args *structs.CSIVolumeClaimRequest, reply *structs.CS
 
 	switch args.State {
 	case structs.CSIVolumeClaimStateTaken:
+		// The claiming client builds directories from these IDs. One
+		// registered before IDs were checked is not handed out again;
+		// releasing it (below) stays possible.
+		if err := structs.ValidateID(structs.IDKindVolume, vol.ID); err != nil {
+			return err
+		}
+		if err := structs.ValidateID(structs.IDKindPlugin, vol.PluginID); err != nil {
+			return err
+		}
 		claim := &structs.CSIVolumeClaim{
 			AllocationID: alloc.ID, NodeID: node.ID, Mode: args.Mode,
 			AccessMode: args.AccessMode, AttachmentMode: args.AttachmentMode,

@@ -37,14 +37,21 @@ var validAttachmentModes = map[string]bool{
 func validateVolume(store *state.StateStore, v *structs.CSIVolume) error {
 	var errs []error
 	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	// The volume ID names directories on every client that mounts the
+	// volume, the plugin ID those directories' parent: both must be safe
+	// as file names. The external ID is the provider's, passed through.
 	if v.ID == "" {
 		add("volume ID is required")
+	} else if err := structs.ValidateID(structs.IDKindVolume, v.ID); err != nil {
+		errs = append(errs, err)
 	}
 	if v.Namespace != "" && v.Namespace != structs.DefaultNamespace {
 		add("namespace %q is not supported", v.Namespace)
 	}
 	if v.ExternalID == "" {
 		add("external_id is required")
+	} else if err := structs.ValidateExternalID(structs.IDKindExternalVol, v.ExternalID); err != nil {
+		errs = append(errs, err)
 	}
 	if len(v.RequestedCapabilities) == 0 {
 		add("at least one capability is required")
@@ -62,6 +69,8 @@ func validateVolume(store *state.StateStore, v *structs.CSIVolume) error {
 	}
 	if v.PluginID == "" {
 		add("plugin_id is required")
+	} else if err := structs.ValidateID(structs.IDKindPlugin, v.PluginID); err != nil {
+		errs = append(errs, err)
 	} else if p, err := store.CSIPluginByID(nil, v.PluginID); err != nil {
 		return err
 	} else if p == nil {
@@ -70,7 +79,16 @@ func validateVolume(store *state.StateStore, v *structs.CSIVolume) error {
 	if len(errs) == 0 {
 		return nil
 	}
-	return fmt.Errorf("volume %q: %w: %w", v.ID, structs.ErrInvalidRequest, errors.Join(errs...))
+	return fmt.Errorf("volume %s: %w: %w", quoteVolumeID(v.ID), structs.ErrInvalidRequest, errors.Join(errs...))
+}
+
+// quoteVolumeID quotes a volume ID for an error, cut short when it is too
+// long to be one: the error names it but does not echo it whole.
+func quoteVolumeID(id string) string {
+	if len(id) > 2*structs.MaxIDBytes {
+		return fmt.Sprintf("%q…", id[:structs.MaxIDBytes/2])
+	}
+	return fmt.Sprintf("%q", id)
 }
 
 // Register records volumes that exist in the storage provider. Every volume
@@ -126,6 +144,9 @@ func (c *CSIVolume) Register(args *structs.CSIVolumeRegisterRequest, reply *stru
 // Deregister removes volume registrations. A claimed volume is refused,
 // unless Force and every claim may be released (csiclaim.Releasable: the
 // client reported its allocation terminal, or its node is down or gone).
+// IDs are not held to structs.ValidateID here: deregistering writes no
+// path anywhere, and a volume registered before IDs were checked must
+// stay removable.
 func (c *CSIVolume) Deregister(args *structs.CSIVolumeDeregisterRequest, reply *structs.CSIVolumeDeregisterResponse) error {
 	if done, err := c.srv.forward("CSIVolume.Deregister", args, args, reply); done {
 		return err

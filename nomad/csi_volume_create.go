@@ -165,6 +165,11 @@ func (c *CSIVolume) Delete(args *structs.CSIVolumeDeleteRequest, reply *structs.
 	if len(args.VolumeIDs) == 0 {
 		return fmt.Errorf("%w: no volume IDs given", structs.ErrInvalidRequest)
 	}
+	for _, id := range args.VolumeIDs {
+		if err := structs.ValidateID(structs.IDKindVolume, id); err != nil {
+			return err
+		}
+	}
 	srv := c.srv
 	store := srv.State()
 	for _, id := range args.VolumeIDs {
@@ -243,6 +248,14 @@ func (c *CSIVolume) Unpublish(args *structs.CSIVolumeUnpublishRequest, reply *st
 	if args.VolumeID == "" || args.NodeID == "" {
 		return fmt.Errorf("%w: a volume ID and a node ID are required", structs.ErrInvalidRequest)
 	}
+	// A release makes the node's client take apart the directories it
+	// built from these IDs: refuse any that could not name one.
+	if err := structs.ValidateID(structs.IDKindVolume, args.VolumeID); err != nil {
+		return err
+	}
+	if err := structs.ValidateID(structs.IDKindNode, args.NodeID); err != nil {
+		return err
+	}
 	srv := c.srv
 	store := srv.State()
 	vol, err := store.CSIVolumeByID(nil, structs.DefaultNamespace, args.VolumeID)
@@ -291,6 +304,9 @@ func knownPlugin(store *state.StateStore, pluginID string) error {
 	if pluginID == "" {
 		return fmt.Errorf("%w: plugin_id is required", structs.ErrInvalidRequest)
 	}
+	if err := structs.ValidateID(structs.IDKindPlugin, pluginID); err != nil {
+		return err
+	}
 	p, err := store.CSIPluginByID(nil, pluginID)
 	if err != nil {
 		return err
@@ -318,6 +334,15 @@ func (c *CSIVolume) CreateSnapshot(args *structs.CSISnapshotCreateRequest, reply
 		if snap == nil || snap.SourceVolumeID == "" {
 			return fmt.Errorf("%w: every snapshot needs a source volume ID", structs.ErrInvalidRequest)
 		}
+		if err := structs.ValidateID(structs.IDKindVolume, snap.SourceVolumeID); err != nil {
+			return err
+		}
+		// The name goes to the provider as is.
+		if snap.Name != "" {
+			if err := structs.ValidateExternalID(structs.IDKindSnapshotNm, snap.Name); err != nil {
+				return err
+			}
+		}
 		v, err := store.CSIVolumeByID(nil, structs.DefaultNamespace, snap.SourceVolumeID)
 		if err != nil {
 			return err
@@ -336,7 +361,7 @@ func (c *CSIVolume) CreateSnapshot(args *structs.CSISnapshotCreateRequest, reply
 		v := vols[i]
 		name := spec.Name
 		if name == "" {
-			name = fmt.Sprintf("%s-%d", v.ID, time.Now().Unix())
+			name = defaultSnapshotName(v.ID, time.Now())
 		}
 		secrets := spec.Secrets
 		if secrets == nil {
@@ -362,6 +387,17 @@ func (c *CSIVolume) CreateSnapshot(args *structs.CSISnapshotCreateRequest, reply
 	return nil
 }
 
+// defaultSnapshotName names a snapshot of volume id taken at now: the ID
+// and the Unix time, the ID cut short so that the name stays within the
+// CSI spec's MaxIDBytes.
+func defaultSnapshotName(id string, now time.Time) string {
+	suffix := fmt.Sprintf("-%d", now.Unix())
+	if len(id)+len(suffix) > structs.MaxIDBytes {
+		id = id[:structs.MaxIDBytes-len(suffix)]
+	}
+	return id + suffix
+}
+
 // DeleteSnapshot deletes one snapshot through the plugin's lane. Deleting
 // an unknown snapshot succeeds, as the plugin answers it.
 func (c *CSIVolume) DeleteSnapshot(args *structs.CSISnapshotDeleteRequest, reply *structs.CSISnapshotDeleteResponse) error {
@@ -374,6 +410,9 @@ func (c *CSIVolume) DeleteSnapshot(args *structs.CSISnapshotDeleteRequest, reply
 	}
 	if args.SnapshotID == "" {
 		return fmt.Errorf("%w: snapshot_id is required", structs.ErrInvalidRequest)
+	}
+	if err := structs.ValidateExternalID(structs.IDKindSnapshot, args.SnapshotID); err != nil {
+		return err
 	}
 	ctx, cancel := srv.csiProvisionContext()
 	defer cancel()

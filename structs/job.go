@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"time"
 )
@@ -36,10 +35,6 @@ const (
 	JobMaxPriority     = 100
 	DefaultKillTimeout = 5 * time.Second
 )
-
-// validJobID is what a job ID may look like: no spaces, no slashes, no
-// control characters, at most 128 characters.
-var validJobID = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.\-]{0,127}$`)
 
 // Job is a workload specification: groups of tasks to keep running.
 type Job struct {
@@ -272,8 +267,10 @@ func (j *Job) Canonicalize() {
 func (j *Job) Validate() error {
 	var errs []error
 	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
-	if !validJobID.MatchString(j.ID) {
-		add("job ID %q must start with a letter or digit and hold only letters, digits, '_', '-' and '.' (at most 128)", j.ID)
+	// The job ID, group and task names become allocation names and task
+	// directories on clients: ValidateID's rule, as for every such name.
+	if err := ValidateID(IDKindJob, j.ID); err != nil {
+		errs = append(errs, err)
 	}
 	if j.Namespace != DefaultNamespace {
 		add("namespace %q is not supported; only %q exists", j.Namespace, DefaultNamespace)
@@ -293,6 +290,10 @@ func (j *Job) Validate() error {
 	for _, tg := range j.TaskGroups {
 		if tg.Name == "" {
 			add("a task group has no name")
+			continue
+		}
+		if err := ValidateID(IDKindGroup, tg.Name); err != nil {
+			errs = append(errs, err)
 			continue
 		}
 		if groups[tg.Name] {
@@ -354,12 +355,20 @@ func (tg *TaskGroup) validate(jobType string) error {
 		}
 		if v.Source == "" {
 			add("volume %q: source is required", name)
+		} else if err := ValidateID(IDKindVolumeSrc, volumeSourceID(v, tg.Count)); err != nil {
+			// The source is a volume ID, which names directories on the
+			// client; per_alloc's longest is checked, with its "[N]".
+			add("volume %q: %w", name, err)
 		}
 	}
 	tasks := make(map[string]bool)
 	for _, t := range tg.Tasks {
 		if t.Name == "" {
 			add("a task has no name")
+			continue
+		}
+		if err := ValidateID(IDKindTask, t.Name); err != nil {
+			errs = append(errs, err)
 			continue
 		}
 		if tasks[t.Name] {
@@ -388,6 +397,8 @@ func (tg *TaskGroup) validate(jobType string) error {
 		if p := t.CSIPluginConfig; p != nil {
 			if p.ID == "" {
 				add("task %q: csi_plugin: id is required", t.Name)
+			} else if err := ValidateID(IDKindPlugin, p.ID); err != nil {
+				add("task %q: csi_plugin: %w", t.Name, err)
 			}
 			switch p.Type {
 			case CSIPluginTypeController, CSIPluginTypeNode, CSIPluginTypeMonolith:
@@ -400,6 +411,15 @@ func (tg *TaskGroup) validate(jobType string) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// volumeSourceID is the longest volume ID a group's volume request claims:
+// its source, or with per_alloc the source of the highest index.
+func volumeSourceID(v *VolumeRequest, count int) string {
+	if !v.PerAlloc {
+		return v.Source
+	}
+	return fmt.Sprintf("%s[%d]", v.Source, max(count-1, 0))
 }
 
 // validCSIMountDir reports whether dir, taken relative to the task

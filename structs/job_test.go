@@ -213,6 +213,42 @@ func TestJob_Validate(t *testing.T) {
 		},
 		{name: "volume type host", edit: func(j *Job) { j.TaskGroups[0].Volumes["data"].Type = "host" }, want: []string{`volume "data": type "host" is not supported`}},
 		{name: "volume without source", edit: func(j *Job) { j.TaskGroups[0].Volumes["data"].Source = "" }, want: []string{`volume "data": source is required`}},
+		{name: "ID with NUL", edit: func(j *Job) { j.ID = "a\x00b" }, want: []string{`job ID "a\x00b" holds a NUL`}},
+		{name: "ID dot dot", edit: func(j *Job) { j.ID = ".." }, want: []string{`job ID ".."`}},
+		{name: "group name traversal", edit: func(j *Job) { j.TaskGroups[0].Name = "../../g" }, want: []string{`task group name "../../g"`}},
+		{name: "group name with slash", edit: func(j *Job) { j.TaskGroups[0].Name = "a/b" }, want: []string{`task group name "a/b" holds '/'`}},
+		{name: "task name traversal", edit: func(j *Job) { j.TaskGroups[0].Tasks[0].Name = ".." }, want: []string{`task name ".."`}},
+		{name: "task name with backslash", edit: func(j *Job) { j.TaskGroups[0].Tasks[0].Name = `a\b` }, want: []string{`task name "a\\b"`}},
+		{name: "task name with NUL", edit: func(j *Job) { j.TaskGroups[0].Tasks[0].Name = "t\x00" }, want: []string{`task name "t\x00" holds a NUL`}},
+		{
+			name: "volume source traversal",
+			edit: func(j *Job) { j.TaskGroups[0].Volumes["data"].Source = strings.Repeat("../", 10) + "etc" },
+			want: []string{`volume "data": volume source "../../../`},
+		},
+		{name: "volume source with NUL", edit: func(j *Job) { j.TaskGroups[0].Volumes["data"].Source = "v\x00" }, want: []string{`volume source "v\x00"`}},
+		{
+			name: "per-alloc volume source",
+			edit: func(j *Job) {
+				j.TaskGroups[0].Count = 3
+				j.TaskGroups[0].Volumes["data"].PerAlloc = true
+			},
+		},
+		{
+			name: "per-alloc volume source too long with its index",
+			edit: func(j *Job) {
+				j.TaskGroups[0].Count = 11
+				j.TaskGroups[0].Volumes["data"].Source = strings.Repeat("v", 125)
+				j.TaskGroups[0].Volumes["data"].PerAlloc = true
+			},
+			want: []string{`volume source "` + strings.Repeat("v", 125) + `[10]" is 129 bytes`},
+		},
+		{
+			name: "csi plugin ID traversal",
+			edit: func(j *Job) {
+				j.TaskGroups[0].Tasks[0].CSIPluginConfig = &TaskCSIPluginConfig{ID: "../../p", Type: CSIPluginTypeNode}
+			},
+			want: []string{`csi_plugin: plugin ID "../../p"`},
+		},
 		{
 			name: "every problem is reported",
 			edit: func(j *Job) {

@@ -115,6 +115,21 @@ func (n *Node) Validate() error {
 	case n.Status != "" && !ValidNodeStatus(n.Status):
 		return fmt.Errorf("%w: invalid node status %q", ErrInvalidRequest, n.Status)
 	}
+	if err := ValidateID(IDKindNode, n.ID); err != nil {
+		return err
+	}
+	if err := ValidateID(IDKindNodeName, n.Name); err != nil {
+		return err
+	}
+	// Plugin IDs a client reports become the servers' plugin IDs, which
+	// volumes name and clients turn into directories.
+	for _, plugins := range []map[string]*CSIInfo{n.CSIControllerPlugins, n.CSINodePlugins} {
+		for id := range plugins {
+			if err := ValidateID(IDKindPlugin, id); err != nil {
+				return err
+			}
+		}
+	}
 	return nil
 }
 

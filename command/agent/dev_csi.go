@@ -21,10 +21,12 @@ const devCSIPluginID = "hostpath"
 
 // devCSIPluginJob runs this very binary's built-in hostpath plugin as a
 // plugin task. raw_exec does not expand variables in args, so a shell
-// passes the client-chosen $CSI_ENDPOINT on; the binary, node ID and state
-// dir come in as positional parameters, free of quoting.
-func devCSIPluginJob(roam, nodeID, stateDir string) *structs.Job {
-	script := `exec "$0" plugin csi-hostpath -endpoint "$CSI_ENDPOINT" -node-id "$1" -state-dir "$2"`
+// passes the client-chosen $CSI_ENDPOINT on; the binary, node ID, state
+// dir and target root (the client's <data_dir>/csi, where it keeps every
+// staging and target path) come in as positional parameters, free of
+// quoting.
+func devCSIPluginJob(roam, nodeID, stateDir, targetRoot string) *structs.Job {
+	script := `exec "$0" plugin csi-hostpath -endpoint "$CSI_ENDPOINT" -node-id "$1" -state-dir "$2" -target-root "$3"`
 	return &structs.Job{
 		ID:   devCSIPluginJobID,
 		Name: devCSIPluginJobID,
@@ -37,7 +39,7 @@ func devCSIPluginJob(roam, nodeID, stateDir string) *structs.Job {
 				Driver: "raw_exec",
 				Config: map[string]any{
 					"command": "/bin/sh",
-					"args":    []any{"-c", script, roam, nodeID, stateDir},
+					"args":    []any{"-c", script, roam, nodeID, stateDir, targetRoot},
 				},
 				KillSignal:  "SIGTERM",
 				KillTimeout: 10 * time.Second,
@@ -65,7 +67,12 @@ func (a *Agent) startDevCSIPlugin(ctx context.Context, cl *client.Client) {
 		a.logger.Warn("dev mode: not starting the csi-hostpath plugin", "error", err)
 		return
 	}
-	job := devCSIPluginJob(roam, cl.NodeID(), filepath.Join(a.config.DataDir, "csi-hostpath"))
+	dataDir, err := filepath.Abs(a.config.DataDir)
+	if err != nil {
+		a.logger.Warn("dev mode: not starting the csi-hostpath plugin", "error", err)
+		return
+	}
+	job := devCSIPluginJob(roam, cl.NodeID(), filepath.Join(dataDir, "csi-hostpath"), filepath.Join(dataDir, "csi"))
 	a.wg.Add(1)
 	go func() {
 		defer a.wg.Done()

@@ -142,6 +142,10 @@ func (s *HTTPServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.writeError(rec, &codedError{code: http.StatusMethodNotAllowed, msg: "Invalid method " + r.Method})
 		return
 	}
+	if err := checkPathID(r.URL.EscapedPath()); err != nil {
+		s.writeError(rec, err)
+		return
+	}
 	obj, err := h(rec, r)
 	switch {
 	case err != nil:
@@ -158,6 +162,38 @@ func (s *HTTPServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 var idPrefixes = []string{
 	nodePathPrefix, jobPathPrefix, allocPathPrefix, evalPathPrefix, logsPathPrefix,
 	csiVolumePathPrefix, csiPluginPathPrefix,
+}
+
+// idPrefixKinds names the kind of ID each ID route takes, for
+// structs.ValidateID.
+var idPrefixKinds = map[string]string{
+	nodePathPrefix:      structs.IDKindNode,
+	jobPathPrefix:       structs.IDKindJob,
+	allocPathPrefix:     structs.IDKindAlloc,
+	evalPathPrefix:      structs.IDKindEval,
+	logsPathPrefix:      structs.IDKindAlloc,
+	csiVolumePathPrefix: structs.IDKindVolume,
+	csiPluginPathPrefix: structs.IDKindPlugin,
+}
+
+// checkPathID refuses, as a 400 naming it, an ID in the (escaped) path
+// that no object could have: one structs.ValidateID refuses, escaped
+// slashes, dots and NULs included. Handlers then only ever see IDs that
+// are safe as file names.
+func checkPathID(path string) error {
+	for _, prefix := range idPrefixes {
+		rest, ok := strings.CutPrefix(path, prefix)
+		if !ok {
+			continue
+		}
+		raw, _, _ := strings.Cut(rest, "/")
+		id, err := url.PathUnescape(raw)
+		if err != nil {
+			return badRequest("Invalid %s %q in the URL path: %v", idPrefixKinds[prefix], raw, err)
+		}
+		return structs.ValidateID(idPrefixKinds[prefix], id)
+	}
+	return nil
 }
 
 // subRoute is the routes key of a sub-resource of an ID route.

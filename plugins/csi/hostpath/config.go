@@ -50,6 +50,13 @@ type Config struct {
 	// Mode selects the services served. Defaults to ModeMonolith.
 	Mode Mode
 
+	// TargetRoot, when set, is the directory beneath which the CO keeps
+	// staging and target paths (a Roam client's <data_dir>/csi): node
+	// calls with a path anywhere else fail with INVALID_ARGUMENT, and
+	// publish and unpublish act through an os.Root on it, so no link on
+	// the way leads out. Empty accepts any absolute path outside StateDir.
+	TargetRoot string
+
 	// PublishLatency is how long ControllerPublishVolume and
 	// ControllerUnpublishVolume take before they act, like a cloud attach
 	// or detach call. Zero means no delay.
@@ -92,6 +99,9 @@ func (c *Config) Validate() error {
 	}
 	if c.StateDir == "" {
 		return fmt.Errorf("%w: state dir is empty", ErrInvalidConfig)
+	}
+	if c.TargetRoot != "" && !filepath.IsAbs(c.TargetRoot) {
+		return fmt.Errorf("%w: target root %q is not absolute", ErrInvalidConfig, c.TargetRoot)
 	}
 	switch c.Mode {
 	case ModeController, ModeNode, ModeMonolith:

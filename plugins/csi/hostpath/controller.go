@@ -135,7 +135,13 @@ func (s *controllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolu
 			vol = *v
 			return nil
 		}
-		dir := s.p.store.volumeDir(id)
+		dir, err := volumeName(id)
+		if err != nil {
+			return err
+		}
+		if used := usedCapacity(st); used+size > totalCapacity {
+			return status.Errorf(codes.OutOfRange, "size %d exceeds the %d bytes left", size, totalCapacity-used)
+		}
 		if sourceSnapshot != "" {
 			snap := st.Snapshots[sourceSnapshot]
 			if snap == nil {
@@ -146,16 +152,19 @@ func (s *controllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolu
 					return status.Errorf(codes.OutOfRange, "snapshot %s is %d bytes, over the limit %d", snap.ID, snap.SizeBytes, limit)
 				}
 				size = snap.SizeBytes
+				if used := usedCapacity(st); used+size > totalCapacity {
+					return status.Errorf(codes.OutOfRange, "size %d exceeds the %d bytes left", size, totalCapacity-used)
+				}
 			}
-			if err := replaceTree(s.p.store.snapshotDir(snap.ID), dir); err != nil {
+			snapDir, err := snapshotName(snap.ID)
+			if err != nil {
+				return err
+			}
+			if err := s.p.store.inStateDir(func(root *os.Root) error { return replaceTree(root, snapDir, dir) }); err != nil {
 				return fmt.Errorf("restoring snapshot %s: %w", snap.ID, err)
 			}
-		} else if err := os.MkdirAll(dir, 0o777); err != nil {
+		} else if err := s.p.store.inStateDir(func(root *os.Root) error { return root.MkdirAll(dir, 0o777) }); err != nil {
 			return fmt.Errorf("creating volume dir: %w", err)
-		}
-		if used := usedCapacity(st); used+size > totalCapacity {
-			os.RemoveAll(dir)
-			return status.Errorf(codes.OutOfRange, "size %d exceeds the %d bytes left", size, totalCapacity-used)
 		}
 		vol = volume{
 			ID:               id,
@@ -206,7 +215,11 @@ func (s *controllerServer) DeleteVolume(ctx context.Context, req *csi.DeleteVolu
 				return status.Errorf(codes.FailedPrecondition, "volume %s is attached to node %s as %s", id, nodeID, a.Device)
 			}
 		}
-		if err := os.RemoveAll(s.p.store.volumeDir(id)); err != nil {
+		dir, err := volumeName(id)
+		if err != nil {
+			return err
+		}
+		if err := s.p.store.inStateDir(func(root *os.Root) error { return root.RemoveAll(dir) }); err != nil {
 			return fmt.Errorf("removing volume data: %w", err)
 		}
 		delete(st.Volumes, id)

@@ -4,12 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
-	"io"
-	"io/fs"
-	"os"
-	"path/filepath"
 	"strconv"
 	"time"
 
@@ -115,77 +110,4 @@ func delay(ctx context.Context, d time.Duration) error {
 	case <-ctx.Done():
 		return status.FromContextError(ctx.Err()).Err()
 	}
-}
-
-// copyTree copies the regular files, directories and symlinks under src into
-// dst, which is created. Volume data is small test data, so a plain copy is
-// enough.
-func copyTree(src, dst string) error {
-	return filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, err := filepath.Rel(src, path)
-		if err != nil {
-			return err
-		}
-		target := filepath.Join(dst, rel)
-		info, err := d.Info()
-		if err != nil {
-			return err
-		}
-		switch {
-		case d.IsDir():
-			return os.MkdirAll(target, info.Mode().Perm()|0o700)
-		case d.Type()&fs.ModeSymlink != 0:
-			link, err := os.Readlink(path)
-			if err != nil {
-				return err
-			}
-			return os.Symlink(link, target)
-		case d.Type().IsRegular():
-			return copyFile(path, target, info.Mode().Perm())
-		}
-		return nil // sockets, fifos and devices are not volume data
-	})
-}
-
-func copyFile(src, dst string, perm fs.FileMode) (err error) {
-	in, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, perm)
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if cerr := out.Close(); err == nil {
-			err = cerr
-		}
-	}()
-	_, err = io.Copy(out, in)
-	return err
-}
-
-// replaceTree makes dst a copy of src, via a temporary sibling so that dst
-// is never half-written.
-func replaceTree(src, dst string) error {
-	tmp := dst + ".tmp-copy"
-	if err := os.RemoveAll(tmp); err != nil {
-		return fmt.Errorf("clearing %s: %w", tmp, err)
-	}
-	if err := copyTree(src, tmp); err != nil {
-		os.RemoveAll(tmp)
-		return fmt.Errorf("copying %s: %w", src, err)
-	}
-	if err := os.RemoveAll(dst); err != nil && !errors.Is(err, os.ErrNotExist) {
-		os.RemoveAll(tmp)
-		return fmt.Errorf("clearing %s: %w", dst, err)
-	}
-	if err := os.Rename(tmp, dst); err != nil {
-		return fmt.Errorf("moving copy into place: %w", err)
-	}
-	return nil
 }

@@ -75,6 +75,11 @@
 // NodeUnpublishVolume removes the symlink. NodeUnstageVolume refuses while the
 // volume is still published on the node, as unmounting a busy device would.
 // Node unpublish and unstage of an unknown volume are NOT_FOUND, per the spec.
+// Staging and target paths must be absolute and outside StateDir, and, with
+// Config.TargetRoot set, beneath it (INVALID_ARGUMENT otherwise); publish
+// and unpublish act on them through an os.Root, as every file operation on
+// StateDir does, so no volume or snapshot ID and no symbolic link leads out
+// (see paths.go).
 // The readonly flag is recorded, and must match on a repeated publish, but is
 // not enforced on the data.
 //

@@ -64,10 +64,14 @@ func (s *nodeServer) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolu
 	if path == "" {
 		return nil, status.Error(codes.InvalidArgument, "staging target path is required")
 	}
+	path, err := s.p.checkCOPath("staging target path", path)
+	if err != nil {
+		return nil, err
+	}
 	if err := validateCapability(req.GetVolumeCapability()); err != nil {
 		return nil, err
 	}
-	err := s.p.store.update(func(st *state) error {
+	err = s.p.store.update(func(st *state) error {
 		if st.Volumes[id] == nil {
 			return status.Errorf(codes.NotFound, "volume %q not found", id)
 		}
@@ -105,7 +109,11 @@ func (s *nodeServer) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstage
 	if path == "" {
 		return nil, status.Error(codes.InvalidArgument, "staging target path is required")
 	}
-	err := s.p.store.update(func(st *state) error {
+	path, err := s.p.checkCOPath("staging target path", path)
+	if err != nil {
+		return nil, err
+	}
+	err = s.p.store.update(func(st *state) error {
 		if st.Volumes[id] == nil {
 			return status.Errorf(codes.NotFound, "volume %q not found", id)
 		}
@@ -139,16 +147,19 @@ func (s *nodeServer) NodePublishVolume(ctx context.Context, req *csi.NodePublish
 	if err := validateCapability(req.GetVolumeCapability()); err != nil {
 		return nil, err
 	}
-	if !filepath.IsAbs(target) {
-		return nil, status.Errorf(codes.InvalidArgument, "target path %q is not absolute", target)
+	target, err := s.p.checkCOPath("target path", target)
+	if err != nil {
+		return nil, err
 	}
-	target = filepath.Clean(target)
 	staging := req.GetStagingTargetPath()
 	if staging == "" {
 		return nil, status.Error(codes.FailedPrecondition, "staging target path is required: the volume must be staged first")
 	}
+	if staging, err = s.p.checkCOPath("staging target path", staging); err != nil {
+		return nil, err
+	}
 	mode := accessModeName(req.GetVolumeCapability().GetAccessMode().GetMode())
-	err := s.p.store.update(func(st *state) error {
+	err = s.p.store.update(func(st *state) error {
 		if st.Volumes[id] == nil {
 			return status.Errorf(codes.NotFound, "volume %q not found", id)
 		}
@@ -163,13 +174,12 @@ func (s *nodeServer) NodePublishVolume(ctx context.Context, req *csi.NodePublish
 			return status.Errorf(codes.FailedPrecondition, "volume %s is not staged at %s", id, staging)
 		}
 		pubs := n.Published[id]
-		dataDir := s.p.store.volumeDir(id)
 		if pub := pubs[target]; pub != nil {
 			if pub.Readonly != req.GetReadonly() || pub.AccessMode != mode {
 				return status.Errorf(codes.AlreadyExists, "volume %s is published at %s with readonly=%t mode %s",
 					id, target, pub.Readonly, pub.AccessMode)
 			}
-			return makeLink(target, dataDir)
+			return s.makeLink(id, target)
 		}
 		for other, pub := range pubs {
 			if mode == csi.VolumeCapability_AccessMode_SINGLE_NODE_SINGLE_WRITER.String() ||
@@ -177,7 +187,7 @@ func (s *nodeServer) NodePublishVolume(ctx context.Context, req *csi.NodePublish
 				return status.Errorf(codes.FailedPrecondition, "volume %s is already published at %s for a single writer", id, other)
 			}
 		}
-		if err := makeLink(target, dataDir); err != nil {
+		if err := s.makeLink(id, target); err != nil {
 			return err
 		}
 		if pubs == nil {
@@ -203,16 +213,19 @@ func (s *nodeServer) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpub
 	if target == "" {
 		return nil, status.Error(codes.InvalidArgument, "target path is required")
 	}
-	target = filepath.Clean(target)
+	target, err := s.p.checkCOPath("target path", target)
+	if err != nil {
+		return nil, err
+	}
 	// Before the state lock: a hung unpublish holds up nothing else.
 	if err := s.p.hangIfFaulted(ctx, FaultHangNodeUnpublish, "NodeUnpublishVolume", "volume_id", id, "target_path", target); err != nil {
 		return nil, err
 	}
-	err := s.p.store.update(func(st *state) error {
+	err = s.p.store.update(func(st *state) error {
 		if st.Volumes[id] == nil {
 			return status.Errorf(codes.NotFound, "volume %q not found", id)
 		}
-		if err := removeLink(target, s.p.store.volumeDir(id)); err != nil {
+		if err := s.removeLink(id, target); err != nil {
 			return err
 		}
 		if n := st.Nodes[s.p.cfg.NodeID]; n != nil {
@@ -230,19 +243,33 @@ func (s *nodeServer) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpub
 	return &csi.NodeUnpublishVolumeResponse{}, nil
 }
 
-// makeLink makes target a symlink to dir. An existing link to dir is kept;
-// an empty directory at target is replaced; anything else is refused.
-func makeLink(target, dir string) error {
-	fi, err := os.Lstat(target)
+// makeLink makes target a symlink to the volume's data dir, creating the
+// data dir in the state dir. An existing link to it is kept; an empty
+// directory at target is replaced; anything else is refused. Everything
+// at target is done through an os.Root (openTarget).
+func (s *nodeServer) makeLink(id, target string) error {
+	name, err := volumeName(id)
+	if err != nil {
+		return err
+	}
+	dir := filepath.Join(s.p.store.dir, name)
+	t, err := s.p.openTarget(target, true)
+	if err != nil {
+		return fmt.Errorf("opening target path: %w", err)
+	}
+	defer t.close()
+	fi, err := t.root.Lstat(t.rel)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
-		if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
-			return fmt.Errorf("creating target parent: %w", err)
+		if parent := filepath.Dir(t.rel); parent != "." {
+			if err := t.root.MkdirAll(parent, 0o755); err != nil {
+				return fmt.Errorf("creating target parent: %w", err)
+			}
 		}
 	case err != nil:
 		return fmt.Errorf("inspecting target path: %w", err)
 	case fi.Mode()&os.ModeSymlink != 0:
-		dest, err := os.Readlink(target)
+		dest, err := t.root.Readlink(t.rel)
 		if err != nil {
 			return fmt.Errorf("reading target link: %w", err)
 		}
@@ -251,40 +278,52 @@ func makeLink(target, dir string) error {
 		}
 		return status.Errorf(codes.FailedPrecondition, "target path %s is a link to %s", target, dest)
 	case fi.IsDir():
-		empty, err := isEmptyDir(target)
+		empty, err := isEmptyDir(t.root, t.rel)
 		if err != nil {
 			return fmt.Errorf("inspecting target path: %w", err)
 		}
 		if !empty {
 			return status.Errorf(codes.FailedPrecondition, "target path %s is a directory that is not empty", target)
 		}
-		if err := os.Remove(target); err != nil {
+		if err := t.root.Remove(t.rel); err != nil {
 			return fmt.Errorf("replacing target dir: %w", err)
 		}
 	default:
 		return status.Errorf(codes.FailedPrecondition, "target path %s exists and is not a directory", target)
 	}
-	if err := os.MkdirAll(dir, 0o777); err != nil {
+	if err := s.p.store.inStateDir(func(root *os.Root) error { return root.MkdirAll(name, 0o777) }); err != nil {
 		return fmt.Errorf("creating volume dir: %w", err)
 	}
-	if err := os.Symlink(dir, target); err != nil {
+	if err := t.root.Symlink(dir, t.rel); err != nil {
 		return fmt.Errorf("linking target path: %w", err)
 	}
 	return nil
 }
 
-// removeLink removes what makeLink made at target. A missing target is fine;
-// an empty directory is removed too (the spec asks that target_path be gone);
-// anything else is refused.
-func removeLink(target, dir string) error {
-	fi, err := os.Lstat(target)
+// removeLink removes what makeLink made at target. A missing target is
+// fine; an empty directory is removed too (the spec asks that target_path
+// be gone); anything else is refused. Through an os.Root, as makeLink.
+func (s *nodeServer) removeLink(id, target string) error {
+	dir, err := s.p.store.volumeDir(id)
+	if err != nil {
+		return err
+	}
+	t, err := s.p.openTarget(target, false)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("opening target path: %w", err)
+	}
+	defer t.close()
+	fi, err := t.root.Lstat(t.rel)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
 		return nil
 	case err != nil:
 		return fmt.Errorf("inspecting target path: %w", err)
 	case fi.Mode()&os.ModeSymlink != 0:
-		dest, err := os.Readlink(target)
+		dest, err := t.root.Readlink(t.rel)
 		if err != nil {
 			return fmt.Errorf("reading target link: %w", err)
 		}
@@ -292,7 +331,7 @@ func removeLink(target, dir string) error {
 			return status.Errorf(codes.FailedPrecondition, "target path %s links to %s, not to this volume", target, dest)
 		}
 	case fi.IsDir():
-		empty, err := isEmptyDir(target)
+		empty, err := isEmptyDir(t.root, t.rel)
 		if err != nil {
 			return fmt.Errorf("inspecting target path: %w", err)
 		}
@@ -302,14 +341,14 @@ func removeLink(target, dir string) error {
 	default:
 		return status.Errorf(codes.FailedPrecondition, "target path %s is not a link this plugin made", target)
 	}
-	if err := os.Remove(target); err != nil {
+	if err := t.root.Remove(t.rel); err != nil {
 		return fmt.Errorf("removing target path: %w", err)
 	}
 	return nil
 }
 
-func isEmptyDir(path string) (bool, error) {
-	f, err := os.Open(path)
+func isEmptyDir(root *os.Root, name string) (bool, error) {
+	f, err := root.Open(name)
 	if err != nil {
 		return false, err
 	}

@@ -74,6 +74,9 @@ func New(cfg *Config) (*Plugin, error) {
 		return nil, fmt.Errorf("resolving state dir: %w", err)
 	}
 	c.StateDir = stateDir
+	if c.TargetRoot != "" {
+		c.TargetRoot = filepath.Clean(c.TargetRoot)
+	}
 	logger := c.Logger.Named("csi-hostpath").With("plugin_node_id", c.NodeID, "mode", string(c.Mode))
 	st, err := newStore(c.StateDir)
 	if err != nil {

@@ -56,12 +56,25 @@ func (s *controllerServer) CreateSnapshot(ctx context.Context, req *csi.CreateSn
 		if vol == nil {
 			return status.Errorf(codes.NotFound, "volume %q not found", source)
 		}
-		volDir := s.p.store.volumeDir(source)
-		if err := os.MkdirAll(volDir, 0o777); err != nil {
-			return fmt.Errorf("creating volume dir: %w", err)
+		volDir, err := volumeName(source)
+		if err != nil {
+			return err
 		}
-		if err := replaceTree(volDir, s.p.store.snapshotDir(id)); err != nil {
-			return fmt.Errorf("copying volume %s: %w", source, err)
+		snapDir, err := snapshotName(id)
+		if err != nil {
+			return err
+		}
+		err = s.p.store.inStateDir(func(root *os.Root) error {
+			if err := root.MkdirAll(volDir, 0o777); err != nil {
+				return fmt.Errorf("creating volume dir: %w", err)
+			}
+			if err := replaceTree(root, volDir, snapDir); err != nil {
+				return fmt.Errorf("copying volume %s: %w", source, err)
+			}
+			return nil
+		})
+		if err != nil {
+			return err
 		}
 		snap = snapshot{
 			ID:             id,
@@ -95,7 +108,11 @@ func (s *controllerServer) DeleteSnapshot(ctx context.Context, req *csi.DeleteSn
 		if st.Snapshots[id] == nil {
 			return nil
 		}
-		if err := os.RemoveAll(s.p.store.snapshotDir(id)); err != nil {
+		dir, err := snapshotName(id)
+		if err != nil {
+			return err
+		}
+		if err := s.p.store.inStateDir(func(root *os.Root) error { return root.RemoveAll(dir) }); err != nil {
 			return fmt.Errorf("removing snapshot data: %w", err)
 		}
 		delete(st.Snapshots, id)

@@ -209,9 +209,6 @@ func (s *store) read() (*state, error) {
 	return st, nil
 }
 
-func (s *store) volumeDir(id string) string   { return filepath.Join(s.dir, volumesDir, id) }
-func (s *store) snapshotDir(id string) string { return filepath.Join(s.dir, snapshotsDir, id) }
-
 // writeFileAtomic replaces path with data: write a temporary file in the same
 // directory, fsync it, rename it over path, fsync the directory. Readers
 // never see a partial file. Without durable the fsyncs are skipped: the
