@@ -1105,6 +1105,9 @@ type sentinel struct {
 	content     []byte
 	// elsewhere are the other landing places, none of which may appear.
 	elsewhere []string
+	// watch sees a landing place appear and go again between two checks,
+	// and any change inside the sentinel directory.
+	watch *fsWatch
 }
 
 // plantSentinel picks two names, and for every ancestor of every base dir
@@ -1154,13 +1157,27 @@ func plantSentinel(t *testing.T, bases ...string) *sentinel {
 	s.marker = filepath.Join(s.dir, "keep")
 	s.content = []byte("planted by " + t.Name() + "\n")
 	must.NoError(t, os.WriteFile(s.marker, s.content, 0o644))
+	var parents []string
+	for _, l := range append([]string{s.dir}, s.elsewhere...) {
+		if p := filepath.Dir(l); !slices.Contains(parents, p) {
+			parents = append(parents, p)
+		}
+	}
+	w, err := watchFS(parents, []string{s.name, s.fresh}, []string{s.dir})
+	if err != nil {
+		t.Logf("sentinel: no watch (%v); checked only after the fact", err)
+	} else {
+		s.watch = w
+		t.Cleanup(w.close)
+	}
 	t.Logf("sentinel %s; %d other landing places must stay absent", s.dir, len(s.elsewhere))
 	return s
 }
 
 // check reports anything a ../ volume ID changed: the sentinel directory
-// gone, replaced by a link, or its contents changed; or any other landing
-// place created.
+// gone, replaced by a link, or its contents changed; any other landing
+// place created; or any of that seen happening since the sentinel was
+// planted, even if undone since.
 func (s *sentinel) check() error {
 	var errs []error
 	st, err := os.Lstat(s.dir)
@@ -1188,6 +1205,11 @@ func (s *sentinel) check() error {
 	for _, l := range s.elsewhere {
 		if st, err := os.Lstat(l); err == nil {
 			errs = append(errs, fmt.Errorf("%s appeared (%s)", l, st.Mode()))
+		}
+	}
+	if s.watch != nil {
+		for _, ev := range s.watch.events() {
+			errs = append(errs, fmt.Errorf("seen: %s", ev))
 		}
 	}
 	return errors.Join(errs...)
