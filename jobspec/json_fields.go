@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"reflect"
 	"sort"
+
+	"github.com/roamhq/roam/structs"
 )
 
 // Nomad's Go client sends every field of a job, group and task, set or
@@ -134,11 +136,11 @@ var taskFields = schema{
 // walker checks a decoded JSON tree against a schema and returns the
 // fields Roam reads, dropping the rest.
 type walker struct {
-	errs []error
+	probs structs.Problems
 }
 
 func (w *walker) unsupported(path string) {
-	w.errs = append(w.errs, fmt.Errorf("%s is not supported", path))
+	w.probs.Addf("%s is not supported", path)
 }
 
 func (w *walker) object(path string, obj map[string]any, s schema) map[string]any {
@@ -208,7 +210,7 @@ func (w *walker) checkTaskRestart(path string, job map[string]any) {
 			if isZero(rp) || reflect.DeepEqual(rp, group["RestartPolicy"]) {
 				continue
 			}
-			w.errs = append(w.errs, fmt.Errorf("%s.TaskGroups[%d].Tasks[%d].RestartPolicy is not supported; set RestartPolicy on the task group", path, i, j))
+			w.probs.Addf("%s.TaskGroups[%d].Tasks[%d].RestartPolicy is not supported; set RestartPolicy on the task group", path, i, j)
 		}
 	}
 }

@@ -36,11 +36,10 @@ func nomadJob(jobType string, count int, edit func(*api.Job)) *api.Job {
 	task := api.NewTask("server", "raw_exec").
 		SetConfig("command", "/bin/sleep").
 		SetConfig("args", []string{"10"}).
-		SetConfig("retries", 3).
 		Require(&api.Resources{CPU: ptr(200), MemoryMB: ptr(64)})
 	task.Env = map[string]string{"PORT": "8080"}
 	task.KillTimeout = ptr(20 * time.Second)
-	task.VolumeMounts = []*api.VolumeMount{{Volume: ptr("data"), Destination: ptr("/srv/data")}}
+	task.VolumeMounts = []*api.VolumeMount{{Volume: ptr("data"), Destination: ptr("srv/data")}}
 	tg.AddTask(task)
 	job.AddTaskGroup(tg)
 	if edit != nil {
@@ -103,12 +102,11 @@ func TestParseJSON_NomadClient(t *testing.T) {
 			must.Eq(t, map[string]any{
 				"command": "/bin/sleep",
 				"args":    []any{"10"},
-				"retries": int64(3),
 			}, task.Config)
 			must.Eq(t, map[string]string{"PORT": "8080"}, task.Env)
 			must.Eq(t, &structs.Resources{CPU: 200, MemoryMB: 64}, task.Resources)
 			must.Eq(t, 20*time.Second, task.KillTimeout)
-			must.Eq(t, []*structs.VolumeMount{{Volume: "data", Destination: "/srv/data"}}, task.VolumeMounts)
+			must.Eq(t, []*structs.VolumeMount{{Volume: "data", Destination: "srv/data"}}, task.VolumeMounts)
 		})
 	}
 }
@@ -220,7 +218,7 @@ const bareJSON = `{
     "Tasks": [{
       "Name": "t",
       "Driver": "raw_exec",
-      "Config": {"command": "/bin/true", "ratio": 1.5, "n": 2, "nested": {"a": [1, "b"]}},
+      "Config": {"command": "/bin/true", "args": ["-c", "x"]},
       "KillTimeout": 7000000000
     }],
     "RestartPolicy": {"Attempts": 1, "Interval": 60000000000, "Delay": 1000000000, "Mode": "delay"}
@@ -245,22 +243,19 @@ func TestParseJSON(t *testing.T) {
 				must.Eq(t, &structs.RestartPolicy{Attempts: 1, Interval: time.Minute, Delay: time.Second, Mode: "delay"}, tg.RestartPolicy)
 				task := tg.Tasks[0]
 				must.Eq(t, 7*time.Second, task.KillTimeout)
-				must.Eq(t, map[string]any{
-					"command": "/bin/true", "ratio": 1.5, "n": int64(2),
-					"nested": map[string]any{"a": []any{int64(1), "b"}},
-				}, task.Config)
+				must.Eq(t, map[string]any{"command": "/bin/true", "args": []any{"-c", "x"}}, task.Config)
 			},
 		},
 		{
 			name: "wrapped with null count",
-			src:  `{"Job": {"ID": "a", "TaskGroups": [{"Name": "g", "Count": null, "Tasks": [{"Name": "t", "Driver": "raw_exec"}]}]}}`,
+			src:  `{"Job": {"ID": "a", "TaskGroups": [{"Name": "g", "Count": null, "Tasks": [{"Name": "t", "Driver": "raw_exec", "Config": {"command": "/bin/true"}}]}]}}`,
 			check: func(t *testing.T, job *structs.Job) {
 				must.Eq(t, 1, job.TaskGroups[0].Count)
 			},
 		},
 		{
 			name: "count zero is kept",
-			src:  `{"Job": {"ID": "a", "TaskGroups": [{"Name": "g", "Count": 0, "Tasks": [{"Name": "t", "Driver": "raw_exec"}]}]}}`,
+			src:  `{"Job": {"ID": "a", "TaskGroups": [{"Name": "g", "Count": 0, "Tasks": [{"Name": "t", "Driver": "raw_exec", "Config": {"command": "/bin/true"}}]}]}}`,
 			check: func(t *testing.T, job *structs.Job) {
 				must.Eq(t, 0, job.TaskGroups[0].Count)
 			},
@@ -272,7 +267,7 @@ func TestParseJSON(t *testing.T) {
   "Status": "running", "Version": 4, "CreateIndex": 10,
   "TaskGroups": [{"Name": "g", "Networks": [], "Services": null, "ShutdownDelay": 0,
     "EphemeralDisk": {"Sticky": false, "Migrate": false, "SizeMB": 0},
-    "Tasks": [{"Name": "t", "Driver": "raw_exec", "User": "", "Leader": false,
+    "Tasks": [{"Name": "t", "Driver": "raw_exec", "Config": {"command": "/bin/true"}, "User": "", "Leader": false,
       "Lifecycle": {"Hook": "", "Sidecar": false}, "Templates": [],
       "Resources": {"CPU": 10, "MemoryMB": 20, "Cores": 0, "DiskMB": null, "Networks": null}}]}]},
   "EnforceIndex": false, "JobModifyIndex": 0}`,
@@ -298,7 +293,7 @@ func TestParseJSON(t *testing.T) {
 		},
 		{
 			name: "field names are case-sensitive",
-			src:  `{"ID": "a", "count": 2, "TaskGroups": [{"Name": "g", "Tasks": [{"Name": "t", "Driver": "raw_exec"}]}]}`,
+			src:  `{"ID": "a", "count": 2, "TaskGroups": [{"Name": "g", "Tasks": [{"Name": "t", "Driver": "raw_exec", "Config": {"command": "/bin/true"}}]}]}`,
 			want: []string{"Job.count is not supported"},
 		},
 		{
@@ -318,7 +313,7 @@ func TestParseJSON(t *testing.T) {
 		},
 		{
 			name: "wrong type",
-			src:  `{"ID": "a", "TaskGroups": [{"Name": "g", "Count": "two", "Tasks": [{"Name": "t", "Driver": "raw_exec"}]}]}`,
+			src:  `{"ID": "a", "TaskGroups": [{"Name": "g", "Count": "two", "Tasks": [{"Name": "t", "Driver": "raw_exec", "Config": {"command": "/bin/true"}}]}]}`,
 			want: []string{"Count"},
 		},
 		{

@@ -121,9 +121,9 @@ func (s *resourcesSpec) build() *structs.Resources {
 
 // finish defaults a parsed job and validates it. The parsers have
 // already set Count to 1 on groups whose file gave none.
-func finish(job *structs.Job) (*structs.Job, error) {
+func finish(job *structs.Job, l structs.JobLimits) (*structs.Job, error) {
 	job.Canonicalize()
-	if err := job.Validate(); err != nil {
+	if err := job.ValidateWith(l); err != nil {
 		return nil, err
 	}
 	return job, nil

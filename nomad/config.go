@@ -96,6 +96,14 @@ type Config struct {
 	RPCMaxFrameBytes int
 	// RPCHandshakeTimeout bounds the wait for a new connection's first byte.
 	RPCHandshakeTimeout time.Duration
+	// RPCMaxFrameContainers bounds the maps and arrays of one RPC request,
+	// counted before it is decoded: decoding costs far more per map than
+	// its one byte on the wire.
+	RPCMaxFrameContainers int
+
+	// JobLimits bound what a job may ask for; Job.Register refuses a job
+	// over them and the scheduler fails the evaluation of a stored one.
+	JobLimits structs.JobLimits
 
 	Logger hclog.Logger
 
@@ -127,6 +135,8 @@ func DefaultConfig() *Config {
 		CSINodeDetachTimeout:   time.Minute,
 		RPCMaxFrameBytes:       4 << 20,
 		RPCHandshakeTimeout:    10 * time.Second,
+		RPCMaxFrameContainers:  structs.DefaultMsgpackMaxContainers,
+		JobLimits:              structs.DefaultJobLimits(),
 		Logger:                 hclog.NewNullLogger(),
 	}
 }
@@ -206,6 +216,10 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("config: rpc hold timeout = %s, must be positive", c.RPCHoldTimeout)
 	case c.RPCMaxFrameBytes < 1024:
 		return fmt.Errorf("config: rpc max frame bytes = %d, must be at least 1024", c.RPCMaxFrameBytes)
+	case c.RPCMaxFrameContainers < 1:
+		return fmt.Errorf("config: rpc max frame containers = %d, must be positive", c.RPCMaxFrameContainers)
+	case c.JobLimits.Validate() != nil:
+		return fmt.Errorf("config: %w", c.JobLimits.Validate())
 	case c.JoinInterval <= 0:
 		return fmt.Errorf("config: join interval = %s, must be positive", c.JoinInterval)
 	case c.MemberFailAfter <= c.JoinInterval:

@@ -1,6 +1,7 @@
 package nomad
 
 import (
+	"math"
 	"testing"
 
 	"github.com/shoenig/test/must"
@@ -178,4 +179,33 @@ func TestCSIVolume_Snapshots(t *testing.T) {
 	overlaps, err := hostpath.ReadOverlaps(f.stateDir, "node-a")
 	must.NoError(t, err)
 	must.Eq(t, int64(0), overlaps)
+}
+
+// A capacity no provider has (2^63-1) is the plugin's OUT_OF_RANGE: the
+// caller's mistake, returned as ErrCSIInvalidArgument (a 400 over HTTP),
+// and nothing is registered.
+func TestCSIVolume_CreateCapacityOutOfRange(t *testing.T) {
+	f := newCSIFixture(t)
+	s := f.srv
+	before, err := s.State().Index("csi_volumes")
+	must.NoError(t, err)
+	v := createSpec("huge")
+	v.CapacityMin = math.MaxInt64
+	var resp structs.CSIVolumeCreateResponse
+	err = s.RPC("CSIVolume.Create", &structs.CSIVolumeCreateRequest{Volumes: []*structs.CSIVolume{v}}, &resp)
+	must.ErrorIs(t, err, structs.ErrCSIInvalidArgument)
+	must.StrContains(t, err.Error(), "9223372036854775807")
+	got, err := s.State().CSIVolumeByID(nil, structs.DefaultNamespace, "huge")
+	must.NoError(t, err)
+	must.Nil(t, got)
+	after, err := s.State().Index("csi_volumes")
+	must.NoError(t, err)
+	must.Eq(t, before, after)
+
+	// A negative one never reaches the plugin.
+	v = createSpec("negative")
+	v.CapacityMin = -1
+	err = s.RPC("CSIVolume.Create", &structs.CSIVolumeCreateRequest{Volumes: []*structs.CSIVolume{v}}, &resp)
+	must.ErrorIs(t, err, structs.ErrInvalidRequest)
+	must.StrContains(t, err.Error(), "capacity_min -1")
 }

@@ -22,8 +22,9 @@ func jobNamespace(ns string) string {
 }
 
 // Register stores a job and creates the evaluation that places it. The job
-// is canonicalized and validated here too, so a caller that skipped the
-// parsers still cannot store an invalid job.
+// is canonicalized and validated here too, under the server's job limits,
+// so a caller that skipped the parsers still cannot store an invalid or
+// oversized job.
 func (j *Job) Register(args *structs.JobRegisterRequest, reply *structs.JobRegisterResponse) error {
 	if done, err := j.srv.forward("Job.Register", args, args, reply); done {
 		return err
@@ -32,8 +33,12 @@ func (j *Job) Register(args *structs.JobRegisterRequest, reply *structs.JobRegis
 		return fmt.Errorf("%w: missing job", structs.ErrInvalidRequest)
 	}
 	job := *args.Job
+	// Before Canonicalize, which walks every group and task.
+	if err := j.srv.config.JobLimits.CheckSize(&job); err != nil {
+		return fmt.Errorf("%w: %w", structs.ErrInvalidRequest, err)
+	}
 	job.Canonicalize()
-	if err := job.Validate(); err != nil {
+	if err := job.ValidateWith(j.srv.config.JobLimits); err != nil {
 		return err
 	}
 	existing, err := j.srv.State().JobByID(nil, job.Namespace, job.ID)

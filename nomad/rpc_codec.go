@@ -71,6 +71,10 @@ func (f *frameReader) UnreadByte() error {
 
 // serverCodec is a msgpack rpc.ServerCodec that bounds each request and
 // ends the connection on the first undecodable frame.
+//
+// Each header and body is read whole (structs.ReadMsgpackValue) before it
+// is decoded, so that one holding more than maxContainers maps and arrays
+// is refused before the decoder builds a struct for each of them.
 type serverCodec struct {
 	conn   io.ReadWriteCloser
 	frame  *frameReader
@@ -78,6 +82,9 @@ type serverCodec struct {
 	enc    *codec.Encoder
 	bufW   *bufio.Writer
 	failed bool
+	// maxContainers bounds the maps and arrays of one header or body;
+	// zero means structs.DefaultMsgpackMaxContainers.
+	maxContainers int
 	// session is the client session the stream belongs to, nil outside
 	// one; handed to every request that can hold it (see sessionSetter).
 	session any
@@ -92,7 +99,7 @@ func newServerCodec(conn io.ReadWriteCloser, maxFrame int) *serverCodec {
 	return &serverCodec{
 		conn:  conn,
 		frame: fr,
-		dec:   codec.NewDecoder(fr, structs.MsgpackHandle),
+		dec:   codec.NewDecoderBytes(nil, structs.MsgpackHandle),
 		enc:   codec.NewEncoder(bw, structs.MsgpackHandle),
 		bufW:  bw,
 	}
@@ -105,10 +112,24 @@ func (c *serverCodec) ReadRequestHeader(r *rpc.Request) error {
 		return io.EOF
 	}
 	c.frame.reset()
-	if err := c.dec.Decode(r); err != nil {
+	return c.decode(r)
+}
+
+// decode reads one msgpack value from the frame, then decodes it into v.
+func (c *serverCodec) decode(v any) error {
+	limit := c.maxContainers
+	if limit <= 0 {
+		limit = structs.DefaultMsgpackMaxContainers
+	}
+	buf, err := structs.ReadMsgpackValue(c.frame, nil, limit, c.frame.limit-c.frame.n)
+	if structs.IsMsgpackTooLarge(err) {
+		return fmt.Errorf("%w (%d bytes): %w", errFrameTooLarge, c.frame.limit, err)
+	}
+	if err != nil {
 		return err
 	}
-	return nil
+	c.dec.ResetBytes(buf)
+	return c.dec.Decode(v)
 }
 
 func (c *serverCodec) ReadRequestBody(body any) error {
@@ -116,13 +137,13 @@ func (c *serverCodec) ReadRequestBody(body any) error {
 		// net/rpc discards the body of an unknown method with a nil target;
 		// decode into a throwaway value to stay on the frame boundary.
 		var discard any
-		if err := c.dec.Decode(&discard); err != nil {
+		if err := c.decode(&discard); err != nil {
 			c.failed = true
 			return err
 		}
 		return nil
 	}
-	if err := c.dec.Decode(body); err != nil {
+	if err := c.decode(body); err != nil {
 		c.failed = true
 		return err
 	}

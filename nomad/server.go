@@ -39,7 +39,7 @@ type Server struct {
 	fsm           *FSM
 	raft          *raft.Raft
 	raftLayer     *raftLayer
-	raftTransport *raft.NetworkTransport
+	raftTransport *raftTransport
 	wal           *raftwal.WAL // nil in dev mode
 	walMeta       *metadb.BoltMetaDB
 	raftNotifyCh  chan bool
@@ -222,12 +222,12 @@ func (s *Server) setupRaft() error {
 	rc.NotifyCh = s.raftNotifyCh
 
 	s.raftLayer = newRaftLayer(advertiseAddr(s.advertise))
-	s.raftTransport = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+	s.raftTransport = newRaftTransport(raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 		Stream:  s.raftLayer,
 		MaxPool: 3,
 		Timeout: 10 * time.Second,
 		Logger:  s.config.Logger.Named("raft-net"),
-	})
+	}))
 
 	var (
 		logs   raft.LogStore
@@ -367,6 +367,7 @@ func (s *Server) handleConn(conn net.Conn, session *yamux.Session) {
 	switch {
 	case b[0] == structs.RPCNomad:
 		codec := newServerCodec(conn, s.config.RPCMaxFrameBytes)
+		codec.maxContainers = s.config.RPCMaxFrameContainers
 		if inSession {
 			codec.session = session
 		}

@@ -60,6 +60,7 @@ func (s *Server) processEval(eval *structs.Evaluation) error {
 		Now:     time.Now(),
 		NewID:   uuid.NewString,
 		Volumes: &volumeChecker{snap: snap, namespace: eval.Namespace},
+		Limits:  &s.config.JobLimits,
 	})
 	now := time.Now().UnixNano()
 	done := eval.Copy()

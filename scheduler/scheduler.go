@@ -46,6 +46,12 @@ type Options struct {
 	NewID func() string
 	// Volumes checks CSI volume feasibility; nil means no volume check.
 	Volumes VolumeChecker
+	// Limits bound the jobs Process places; nil means
+	// structs.DefaultJobLimits. Servers refuse to register a job over
+	// them, but one stored before they were set (or lowered) still comes
+	// back from Raft with its evaluations: placing it would take work and
+	// memory in proportion to counts nobody checked.
+	Limits *structs.JobLimits
 }
 
 // Validate reports a missing dependency without changing anything.
@@ -117,6 +123,16 @@ func Process(st State, eval *structs.Evaluation, opts Options) (*structs.Plan, *
 	allocs, err := st.AllocsByJob(ns, eval.JobID)
 	if err != nil {
 		return nil, nil, fmt.Errorf("reading allocations of job %q: %w", eval.JobID, err)
+	}
+
+	if !job.Stopped() {
+		limits := structs.DefaultJobLimits()
+		if opts.Limits != nil {
+			limits = *opts.Limits
+		}
+		if err := limits.CheckSize(job); err != nil {
+			return nil, nil, fmt.Errorf("job %q is not scheduled: %w", job.ID, err)
+		}
 	}
 
 	p := newPlanner(st, eval, job, opts)

@@ -73,6 +73,7 @@ var sentinelCodes = append(append([]sentinelCode{
 	sentinelCode{ErrShutdown, "shutdown"},
 	sentinelCode{ErrWrongRegion, "wrong_region"},
 	sentinelCode{ErrAmbiguousPrefix, "ambiguous_prefix"},
+	sentinelCode{ErrJobTooLarge, "job_too_large"},
 	sentinelCode{ErrInvalidRequest, "invalid_request"},
 )
 

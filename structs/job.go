@@ -1,7 +1,6 @@
 package structs
 
 import (
-	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -34,6 +33,8 @@ const (
 	JobMinPriority     = 1
 	JobMaxPriority     = 100
 	DefaultKillTimeout = 5 * time.Second
+	// MaxTaskResource bounds a task's cpu (MHz) and memory (MB).
+	MaxTaskResource = 1 << 24
 )
 
 // Job is a workload specification: groups of tasks to keep running.
@@ -232,6 +233,9 @@ func (j *Job) Canonicalize() {
 		j.Datacenters = []string{"*"}
 	}
 	for _, tg := range j.TaskGroups {
+		if tg == nil {
+			continue // Validate refuses it
+		}
 		if tg.RestartPolicy == nil {
 			tg.RestartPolicy = defaultRestartPolicy(j.Type)
 		}
@@ -242,6 +246,9 @@ func (j *Job) Canonicalize() {
 			tg.Migrate = defaultMigrateStrategy()
 		}
 		for _, t := range tg.Tasks {
+			if t == nil {
+				continue
+			}
 			if t.Resources == nil {
 				t.Resources = &Resources{CPU: 100, MemoryMB: 300}
 			}
@@ -256,63 +263,76 @@ func (j *Job) Canonicalize() {
 			}
 		}
 		for name, v := range tg.Volumes {
-			if v.Name == "" {
+			if v != nil && v.Name == "" {
 				v.Name = name
 			}
 		}
 	}
 }
 
-// Validate reports every problem with a canonicalized job, joined.
-func (j *Job) Validate() error {
-	var errs []error
-	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+// Validate reports the problems of a canonicalized job under the default
+// limits; see ValidateWith.
+func (j *Job) Validate() error { return j.ValidateWith(DefaultJobLimits()) }
+
+// ValidateWith reports every problem with a canonicalized job, joined,
+// wrapping ErrInvalidRequest. A job over l's size limits is refused with
+// that one problem before anything walks its groups; otherwise at most
+// l.ErrorMaxProblems problems are listed, then "and K more".
+func (j *Job) ValidateWith(l JobLimits) error {
+	if err := l.CheckSize(j); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidRequest, err)
+	}
+	p := &Problems{Max: l.ErrorMaxProblems}
 	// The job ID, group and task names become allocation names and task
 	// directories on clients: ValidateID's rule, as for every such name.
 	if err := ValidateID(IDKindJob, j.ID); err != nil {
-		errs = append(errs, err)
+		p.Add(err)
 	}
 	if j.Namespace != DefaultNamespace {
-		add("namespace %q is not supported; only %q exists", j.Namespace, DefaultNamespace)
+		p.Addf("namespace %q is not supported; only %q exists", j.Namespace, DefaultNamespace)
 	}
 	switch j.Type {
 	case JobTypeService, JobTypeBatch, JobTypeSystem:
 	default:
-		add("job type %q is not one of service, batch, system", j.Type)
+		p.Addf("job type %q is not one of service, batch, system", j.Type)
 	}
 	if j.Priority < JobMinPriority || j.Priority > JobMaxPriority {
-		add("priority %d must be between %d and %d", j.Priority, JobMinPriority, JobMaxPriority)
+		p.Addf("priority %d must be between %d and %d", j.Priority, JobMinPriority, JobMaxPriority)
 	}
 	if len(j.TaskGroups) == 0 {
-		add("job has no task groups")
+		p.Addf("job has no task groups")
 	}
 	groups := make(map[string]bool)
-	for _, tg := range j.TaskGroups {
+	for i, tg := range j.TaskGroups {
+		if tg == nil {
+			p.Addf("task group %d is null", i)
+			continue
+		}
 		if tg.Name == "" {
-			add("a task group has no name")
+			p.Addf("a task group has no name")
 			continue
 		}
 		if err := ValidateID(IDKindGroup, tg.Name); err != nil {
-			errs = append(errs, err)
+			p.Add(err)
 			continue
 		}
 		if groups[tg.Name] {
-			add("task group %q is defined twice", tg.Name)
+			p.Addf("task group %q is defined twice", tg.Name)
 		}
 		groups[tg.Name] = true
-		if err := tg.validate(j.Type); err != nil {
-			errs = append(errs, fmt.Errorf("group %q: %w", tg.Name, err))
-		}
+		tg.validate(j.Type, p)
 	}
-	if len(errs) == 0 {
-		return nil
+	if err := p.Err(); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidRequest, err)
 	}
-	return fmt.Errorf("%w: %w", ErrInvalidRequest, errors.Join(errs...))
+	return nil
 }
 
-func (tg *TaskGroup) validate(jobType string) error {
-	var errs []error
-	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+// validate adds tg's problems to p, each naming the group.
+func (tg *TaskGroup) validate(jobType string, p *Problems) {
+	add := func(format string, args ...any) {
+		p.Add(fmt.Errorf("group %q: %w", tg.Name, fmt.Errorf(format, args...)))
+	}
 	if tg.Count < 0 {
 		add("count %d must not be negative", tg.Count)
 	}
@@ -322,34 +342,39 @@ func (tg *TaskGroup) validate(jobType string) error {
 	if len(tg.Tasks) == 0 {
 		add("group has no tasks")
 	}
-	if p := tg.RestartPolicy; p != nil {
-		if p.Attempts < 0 || p.Interval < 0 || p.Delay < 0 {
+	if rp := tg.RestartPolicy; rp != nil {
+		if rp.Attempts < 0 || rp.Interval < 0 || rp.Delay < 0 {
 			add("restart: attempts, interval and delay must not be negative")
 		}
-		if p.Mode != RestartPolicyModeFail && p.Mode != RestartPolicyModeDelay {
-			add("restart: mode %q is not one of fail, delay", p.Mode)
+		if rp.Mode != RestartPolicyModeFail && rp.Mode != RestartPolicyModeDelay {
+			add("restart: mode %q is not one of fail, delay", rp.Mode)
 		}
 	}
-	if p := tg.ReschedulePolicy; p != nil {
+	if rs := tg.ReschedulePolicy; rs != nil {
 		if jobType == JobTypeSystem {
 			add("reschedule is not supported for system jobs")
 		}
-		if p.Attempts < 0 || p.Interval < 0 || p.Delay < 0 || p.MaxDelay < 0 {
+		if rs.Attempts < 0 || rs.Interval < 0 || rs.Delay < 0 || rs.MaxDelay < 0 {
 			add("reschedule: attempts, interval, delay and max_delay must not be negative")
 		}
-		switch p.DelayFunction {
+		switch rs.DelayFunction {
 		case DelayFunctionConstant, DelayFunctionExponential, DelayFunctionFibonacci:
 		default:
-			add("reschedule: delay_function %q is not one of constant, exponential, fibonacci", p.DelayFunction)
+			add("reschedule: delay_function %q is not one of constant, exponential, fibonacci", rs.DelayFunction)
 		}
-		if p.DelayFunction != DelayFunctionConstant && p.MaxDelay > 0 && p.MaxDelay < p.Delay {
-			add("reschedule: max_delay %s is less than delay %s", p.MaxDelay, p.Delay)
+		if rs.DelayFunction != DelayFunctionConstant && rs.MaxDelay > 0 && rs.MaxDelay < rs.Delay {
+			add("reschedule: max_delay %s is less than delay %s", rs.MaxDelay, rs.Delay)
 		}
 	}
 	if m := tg.Migrate; m != nil && m.MaxParallel < 0 {
 		add("migrate: max_parallel %d must not be negative", m.MaxParallel)
 	}
-	for name, v := range tg.Volumes {
+	for _, name := range sortedVolumeNames(tg.Volumes) {
+		v := tg.Volumes[name]
+		if v == nil {
+			add("volume %q is null", name)
+			continue
+		}
 		if v.Type != "csi" {
 			add("volume %q: type %q is not supported; only \"csi\"", name, v.Type)
 		}
@@ -362,13 +387,17 @@ func (tg *TaskGroup) validate(jobType string) error {
 		}
 	}
 	tasks := make(map[string]bool)
-	for _, t := range tg.Tasks {
+	for i, t := range tg.Tasks {
+		if t == nil {
+			add("task %d is null", i)
+			continue
+		}
 		if t.Name == "" {
 			add("a task has no name")
 			continue
 		}
 		if err := ValidateID(IDKindTask, t.Name); err != nil {
-			errs = append(errs, err)
+			add("%w", err)
 			continue
 		}
 		if tasks[t.Name] {
@@ -379,38 +408,39 @@ func (tg *TaskGroup) validate(jobType string) error {
 			add("task %q: driver is required", t.Name)
 		} else if !SupportedDrivers[t.Driver] {
 			add("task %q: driver %q is not supported (supported: raw_exec)", t.Name, t.Driver)
+		} else if err := ValidateDriverConfig(t.Driver, t.Config); err != nil {
+			add("task %q: %v", t.Name, err)
 		}
-		if t.Resources != nil && (t.Resources.CPU < 0 || t.Resources.MemoryMB < 0) {
-			add("task %q: resources must not be negative", t.Name)
+		if r := t.Resources; r != nil {
+			if r.CPU < 0 || r.MemoryMB < 0 {
+				add("task %q: resources must not be negative", t.Name)
+			}
+			// Bounded so that no sum of them, over a job's tasks or a
+			// node's allocations, can overflow and fit anywhere.
+			if r.CPU > MaxTaskResource || r.MemoryMB > MaxTaskResource {
+				add("task %q: resources: cpu %d and memory %d must each be at most %d", t.Name, r.CPU, r.MemoryMB, MaxTaskResource)
+			}
 		}
 		if t.KillTimeout < 0 {
 			add("task %q: kill_timeout must not be negative", t.Name)
 		}
-		for _, vm := range t.VolumeMounts {
-			if _, ok := tg.Volumes[vm.Volume]; !ok {
-				add("task %q: volume_mount names volume %q, which the group does not request", t.Name, vm.Volume)
-			}
-			if vm.Destination == "" {
-				add("task %q: volume_mount of %q needs a destination", t.Name, vm.Volume)
-			}
-		}
-		if p := t.CSIPluginConfig; p != nil {
-			if p.ID == "" {
+		tg.validateVolumeMounts(t, add)
+		if pc := t.CSIPluginConfig; pc != nil {
+			if pc.ID == "" {
 				add("task %q: csi_plugin: id is required", t.Name)
-			} else if err := ValidateID(IDKindPlugin, p.ID); err != nil {
+			} else if err := ValidateID(IDKindPlugin, pc.ID); err != nil {
 				add("task %q: csi_plugin: %w", t.Name, err)
 			}
-			switch p.Type {
+			switch pc.Type {
 			case CSIPluginTypeController, CSIPluginTypeNode, CSIPluginTypeMonolith:
 			default:
-				add("task %q: csi_plugin: type %q is not valid (controller, node or monolith)", t.Name, p.Type)
+				add("task %q: csi_plugin: type %q is not valid (controller, node or monolith)", t.Name, pc.Type)
 			}
-			if !validCSIMountDir(p.MountDir) {
-				add("task %q: csi_plugin: mount_dir %q must stay inside the task directory", t.Name, p.MountDir)
+			if !validCSIMountDir(pc.MountDir) {
+				add("task %q: csi_plugin: mount_dir %q must stay inside the task directory", t.Name, pc.MountDir)
 			}
 		}
 	}
-	return errors.Join(errs...)
 }
 
 // volumeSourceID is the longest volume ID a group's volume request claims:

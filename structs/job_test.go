@@ -24,7 +24,7 @@ func validJob(jobType string) *Job {
 				Name:         "server",
 				Driver:       "raw_exec",
 				Config:       map[string]any{"command": "/bin/sleep"},
-				VolumeMounts: []*VolumeMount{{Volume: "data", Destination: "/srv"}},
+				VolumeMounts: []*VolumeMount{{Volume: "data", Destination: "srv"}},
 			}},
 		}},
 	}
@@ -182,7 +182,7 @@ func TestJob_Validate(t *testing.T) {
 		{
 			name: "volume_mount without destination",
 			edit: func(j *Job) { j.TaskGroups[0].Tasks[0].VolumeMounts[0].Destination = "" },
-			want: []string{"needs a destination"},
+			want: []string{`volume_mount of "data": destination is required`},
 		},
 		{
 			name: "csi plugin task",

@@ -166,6 +166,9 @@ func (a *Agent) setupServer() error {
 	if c.Server.MaxRPCFrameBytes != 0 {
 		sc.RPCMaxFrameBytes = c.Server.MaxRPCFrameBytes
 	}
+	if c.Limits != nil {
+		sc.JobLimits = c.Limits.jobLimits()
+	}
 	sc.HeartbeatGrace = parseDurationOr(c.Server.HeartbeatGrace, sc.HeartbeatGrace)
 	sc.MinHeartbeatTTL = parseDurationOr(c.Server.MinHeartbeatTTL, sc.MinHeartbeatTTL)
 	sc.FailoverHeartbeatTTL = parseDurationOr(c.Server.FailoverHeartbeatTTL, sc.FailoverHeartbeatTTL)

@@ -300,7 +300,10 @@ func errorStatus(err error) (int, string) {
 	case errors.Is(err, structs.ErrUnknownNode), errors.Is(err, structs.ErrNotFound):
 		return http.StatusNotFound, err.Error()
 	case errors.Is(err, structs.ErrInvalidRequest), errors.Is(err, structs.ErrAmbiguousPrefix),
-		errors.Is(err, structs.ErrWrongRegion):
+		errors.Is(err, structs.ErrWrongRegion),
+		// The plugin's INVALID_ARGUMENT or OUT_OF_RANGE: the caller's
+		// input (a capacity no provider has, say), not a server failure.
+		errors.Is(err, structs.ErrCSIInvalidArgument):
 		return http.StatusBadRequest, err.Error()
 	case errors.Is(err, structs.ErrShutdown), errors.Is(err, nomad.ErrServerClosed),
 		errors.Is(err, client.ErrShutdown):

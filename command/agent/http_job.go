@@ -3,6 +3,7 @@ package agent
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -14,9 +15,6 @@ import (
 
 // jobPathPrefix is the route that takes a job ID after it.
 const jobPathPrefix = "/v1/job/"
-
-// maxJobBody bounds a job register or parse request body.
-const maxJobBody = 4 << 20
 
 // addWorkloadRoutes adds the job, allocation, evaluation, drain and log
 // routes.
@@ -103,8 +101,13 @@ var registerDropped = []string{
 // sends it) and registers the job. Any other wrapper field that is set is
 // refused by the parser; a bad job is a 400 and nothing is written.
 func (s *HTTPServer) register(w http.ResponseWriter, r *http.Request, pathJobID string) (any, error) {
-	body, err := readBody(r, maxJobBody)
+	limits := s.jobLimits()
+	body, err := readJobBody(w, r, limits)
 	if err != nil {
+		return nil, err
+	}
+	// Depth and group and task counts, before anything is decoded.
+	if err := jobspec.CheckJSON(body, limits); err != nil {
 		return nil, err
 	}
 	var top map[string]json.RawMessage
@@ -121,11 +124,16 @@ func (s *HTTPServer) register(w http.ResponseWriter, r *http.Request, pathJobID 
 	for _, k := range registerDropped {
 		delete(top, k)
 	}
-	rest, err := json.Marshal(top)
-	if err != nil {
+	// Re-encoded without HTML escaping, so that it is no larger than the
+	// body and the parser's size limit holds for it too.
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(top); err != nil {
 		return nil, fmt.Errorf("re-encode register request: %w", err)
 	}
-	job, err := jobspec.ParseJSON(rest)
+	rest := bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
+	job, err := jobspec.ParseJSONWithLimits(rest, limits)
 	if err != nil {
 		return nil, err
 	}
@@ -159,7 +167,8 @@ type jobsParseRequest struct {
 // jobsParse answers PUT/POST /v1/jobs/parse: an HCL job file in, the job
 // as JSON out. Nothing is written.
 func (s *HTTPServer) jobsParse(w http.ResponseWriter, r *http.Request) (any, error) {
-	body, err := readBody(r, maxJobBody)
+	limits := s.jobLimits()
+	body, err := readJobBody(w, r, limits)
 	if err != nil {
 		return nil, err
 	}
@@ -170,7 +179,7 @@ func (s *HTTPServer) jobsParse(w http.ResponseWriter, r *http.Request) (any, err
 	if args.JobHCL == "" {
 		return nil, badRequest("Job HCL must be specified")
 	}
-	job, err := jobspec.ParseHCL("input.hcl", []byte(args.JobHCL))
+	job, err := jobspec.ParseHCLWithLimits("input.hcl", []byte(args.JobHCL), limits)
 	if err != nil {
 		return nil, err
 	}
@@ -252,6 +261,31 @@ func (s *HTTPServer) jobEvaluations(w http.ResponseWriter, r *http.Request) (any
 		reply.Evaluations = []*structs.Evaluation{}
 	}
 	return reply.Evaluations, nil
+}
+
+// jobLimits are the agent's job limits.
+func (s *HTTPServer) jobLimits() structs.JobLimits {
+	l := DefaultLimits()
+	if s.agent != nil && s.agent.config != nil && s.agent.config.Limits != nil {
+		l = s.agent.config.Limits
+	}
+	return l.jobLimits()
+}
+
+// readJobBody reads a job register or parse body of at most
+// job_max_bytes; a larger one is a 413 naming the limit, and the
+// connection is closed rather than read to its end.
+func readJobBody(w http.ResponseWriter, r *http.Request, l structs.JobLimits) ([]byte, error) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, int64(l.MaxBytes)))
+	var tooLarge *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooLarge):
+		return nil, &codedError{code: http.StatusRequestEntityTooLarge,
+			msg: fmt.Sprintf("Request body larger than job_max_bytes = %d", l.MaxBytes)}
+	case err != nil:
+		return nil, badRequest("Failed to read request body: %v", err)
+	}
+	return body, nil
 }
 
 // readBody reads a request body of at most limit bytes.

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/roamhq/roam/structs"
 )
 
 // Limits is the agent's limits block, in the spirit of Nomad's: every
@@ -122,4 +124,17 @@ func (l *Limits) validate() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// jobLimits are the job limits servers and the HTTP API enforce.
+func (l *Limits) jobLimits() structs.JobLimits {
+	return structs.JobLimits{
+		MaxBytes:         l.JobMaxBytes,
+		MaxDepth:         l.JobMaxDepth,
+		MaxGroups:        l.JobMaxGroups,
+		MaxTasks:         l.JobMaxTasks,
+		GroupMaxCount:    l.GroupMaxCount,
+		MaxAllocs:        l.JobMaxAllocs,
+		ErrorMaxProblems: l.ErrorMaxProblems,
+	}
 }
