@@ -545,12 +545,16 @@ func (s *storm) gens() []stormGen {
 			s.count(kind + "-held")
 		}
 	}
-	// refused counts an answer to a big bad input: a 4xx is a refusal;
+	// refused counts an answer to a big bad input: a 4xx is a refusal,
+	// and so is the connection closed under a body too large to read;
 	// anything else is not.
 	refused := func(ctx context.Context, kind string, ans *httpAnswer, err error) {
+		var oe *net.OpError
 		switch {
 		case ctx.Err() != nil:
 			s.count(kind + "-cut")
+		case err != nil && isClosedErr(err) && !(errors.As(err, &oe) && oe.Op == "dial"):
+			s.count(kind + "-closed")
 		case err != nil:
 			s.count(kind + "-failed")
 			sleep(ctx, stormRefusedGap)
