@@ -148,8 +148,12 @@ func TestStorm(t *testing.T) {
 		w.end = time.Now()
 		windows = append(windows, w)
 		var rss []string
-		for j, f := range readServerFigures(t, cc) {
-			rss = append(rss, fmt.Sprintf("%s %s/%s", cc.Servers[j].Name, mib(f.rss), mib(f.heap)))
+		for _, a := range cc.Servers {
+			if f, err := serverFiguresOf(a); err == nil {
+				rss = append(rss, fmt.Sprintf("%s %s/%s", a.Name, mib(f.rss), mib(f.heap)))
+			} else {
+				rss = append(rss, fmt.Sprintf("%s: %v", a.Name, err))
+			}
 		}
 		t.Logf("%s window %d: %s to %s; RSS/heap: %s", w.kind(), i/2, w.start.UTC().Format(hclogTime), w.end.UTC().Format(hclogTime), strings.Join(rss, ", "))
 	}
@@ -195,7 +199,15 @@ func TestStorm(t *testing.T) {
 		if len(deaths.list()) > 0 {
 			return nil // reported above; figures of a dead agent mean nothing
 		}
-		last = readServerFigures(t, cc)
+		now := make([]serverFigures, len(cc.Servers))
+		for i, a := range cc.Servers {
+			f, err := serverFiguresOf(a)
+			if err != nil {
+				return err
+			}
+			now[i] = f
+		}
+		last = now
 		if time.Since(lastLog) >= 30*time.Second {
 			lastLog = time.Now()
 			var parts []string
@@ -377,21 +389,33 @@ func settledServerFigures(t *testing.T, cc *csiCluster) []serverFigures {
 	return prev
 }
 
-// readServerFigures reads every server's goroutine count and RSS.
+// readServerFigures reads every server's figures.
 func readServerFigures(t *testing.T, cc *csiCluster) []serverFigures {
 	t.Helper()
 	out := make([]serverFigures, len(cc.Servers))
 	for i, s := range cc.Servers {
-		rt, err := ReadRuntime(s.HTTPAddr())
+		f, err := serverFiguresOf(s)
 		must.NoError(t, err)
-		rss, err := s.RSS()
-		must.NoError(t, err)
-		out[i] = serverFigures{goroutines: rt.Goroutines, rss: rss}
-		if g, err := runtimeGauges(s.HTTPAddr()); err == nil {
-			out[i].heap, out[i].gcRuns = int64(g["alloc_bytes"]), int64(g["total_gc_runs"])
-		}
+		out[i] = f
 	}
 	return out
+}
+
+// serverFiguresOf reads one server's goroutine count, RSS and heap.
+func serverFiguresOf(a *Agent) (serverFigures, error) {
+	rt, err := ReadRuntime(a.HTTPAddr())
+	if err != nil {
+		return serverFigures{}, err
+	}
+	rss, err := a.RSS()
+	if err != nil {
+		return serverFigures{}, err
+	}
+	f := serverFigures{goroutines: rt.Goroutines, rss: rss}
+	if g, err := runtimeGauges(a.HTTPAddr()); err == nil {
+		f.heap, f.gcRuns = int64(g["alloc_bytes"]), int64(g["total_gc_runs"])
+	}
+	return f, nil
 }
 
 // deathWatch records every agent that stops running.
