@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -205,16 +206,37 @@ func decodeCapacity(attr *hcl.Attribute) (int64, hcl.Diagnostics) {
 	if i >= 0 {
 		num, unit = s[:i], strings.ToLower(strings.TrimSpace(s[i:]))
 	}
-	mult, ok := byteUnits[unit]
-	f, err := strconv.ParseFloat(num, 64)
-	if !ok || err != nil || f < 0 {
+	invalid := func(detail string) (int64, hcl.Diagnostics) {
 		return 0, hcl.Diagnostics{{
 			Severity: hcl.DiagError, Summary: "Invalid " + attr.Name,
-			Detail:  fmt.Sprintf("%q is not a size such as 10GiB, 500MB or a number of bytes", s),
-			Subject: attr.Expr.Range().Ptr(),
+			Detail: detail, Subject: attr.Expr.Range().Ptr(),
 		}}
 	}
-	return int64(f * float64(mult)), nil
+	mult, ok := byteUnits[unit]
+	if !ok {
+		return invalid(fmt.Sprintf("%q is not a size such as 10GiB, 500MB or a number of bytes", s))
+	}
+	// Whole numbers are read exactly; a float holds integers exactly only
+	// up to 2^53.
+	if n, err := strconv.ParseInt(num, 10, 64); err == nil {
+		if n > math.MaxInt64/mult {
+			return invalid(fmt.Sprintf("%q is more than %d bytes", s, int64(math.MaxInt64)))
+		}
+		return n * mult, nil
+	}
+	f, err := strconv.ParseFloat(num, 64)
+	if err != nil {
+		if errors.Is(err, strconv.ErrRange) {
+			return invalid(fmt.Sprintf("%q is more than %d bytes", s, int64(math.MaxInt64)))
+		}
+		return invalid(fmt.Sprintf("%q is not a size such as 10GiB, 500MB or a number of bytes", s))
+	}
+	// Converting a float at or past 2^63 to int64 does not fail: on amd64
+	// it gives math.MinInt64, a negative capacity.
+	if v := f * float64(mult); v < 1<<63 {
+		return int64(v), nil
+	}
+	return invalid(fmt.Sprintf("%q is more than %d bytes", s, int64(math.MaxInt64)))
 }
 
 // volumeDiagError renders error diagnostics as "file:line,col: summary;

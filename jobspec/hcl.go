@@ -3,6 +3,7 @@ package jobspec
 import (
 	"errors"
 	"fmt"
+	"math"
 	"math/big"
 	"time"
 
@@ -378,6 +379,9 @@ func ctyToGo(v cty.Value) (any, error) {
 			}
 		}
 		f, _ := bf.Float64()
+		if math.IsInf(f, 0) {
+			return nil, errors.New("number is out of range")
+		}
 		return f, nil
 	case ty.IsListType(), ty.IsTupleType(), ty.IsSetType():
 		out := make([]any, 0, v.LengthInt())

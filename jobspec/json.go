@@ -113,7 +113,11 @@ func ParseJSONWithLimits(src []byte, l structs.JobLimits) (*structs.Job, error) 
 	if err := dec.Decode(&jj); err != nil {
 		return nil, fmt.Errorf("%w: decoding job JSON: %w", structs.ErrInvalidRequest, err)
 	}
-	return finish(jj.job(), l)
+	job := jj.job()
+	if err := checkConfigNumbers(job); err != nil {
+		return nil, err
+	}
+	return finish(job, l)
 }
 
 func (jj *jsonJob) job() *structs.Job {

@@ -75,7 +75,12 @@ var MsgpackHandle = func() *codec.MsgpackHandle {
 	h.MapType = reflect.TypeOf(map[string]any(nil))
 	// Bound what a declared length may allocate before the bytes arrive, so a
 	// hostile frame claiming a huge array cannot exhaust memory up front.
-	h.MaxInitLen = 1 << 16
+	// The bound holds per container, and containers nest (up to the
+	// decoder's depth limit of 1024), so it must stay small: at 1<<16, a
+	// 7-byte map header reserved about 5 MB, and 200 nested ones in a
+	// 1.4 KB frame took 1 GB. Longer collections grow as their elements
+	// arrive.
+	h.MaxInitLen = 64
 	// Let a codec.Raw value (an already-encoded body) be written as is: a
 	// server relaying a call to a client passes the caller's bytes through.
 	h.Raw = true
