@@ -160,6 +160,13 @@ func (c *Client) Servers() []string {
 // server, until RPCRetryTimeout. Every RPC the client makes today is
 // idempotent, so a call that may have run is safe to send again.
 func (c *Client) RPC(method string, args, reply any) error {
+	return c.RPCContext(context.Background(), method, args, reply)
+}
+
+// RPCContext is RPC for a caller that may go away (an HTTP request): the
+// call, and its retries, end as soon as ctx does, and a blocking query
+// the server is holding for it ends with it (see serverConn.call).
+func (c *Client) RPCContext(ctx context.Context, method string, args, reply any) error {
 	setAuth(args, c.config.Region, c.id.SecretID)
 	timeout := structs.RPCCallTimeout(args)
 
@@ -168,7 +175,7 @@ func (c *Client) RPC(method string, args, reply any) error {
 	for attempt := 1; ; attempt++ {
 		conn, err := c.getConn()
 		if err == nil {
-			err = conn.call(method, args, reply, timeout)
+			err = conn.call(ctx, method, args, reply, timeout)
 			if errors.Is(err, errConnLost) || (structs.IsRetryable(err) && !errors.Is(structs.FromRPCError(err), structs.ErrClaimInProgress)) {
 				// A server that cannot reach a leader (say, the minority
 				// side of a partition) is as good as gone: try the next.
@@ -181,7 +188,8 @@ func (c *Client) RPC(method string, args, reply any) error {
 		if err == nil {
 			return nil
 		}
-		if errors.Is(err, ErrShutdown) || (!structs.IsRetryable(err) && !errors.Is(err, errConnLost) && !isDialError(err)) {
+		if errors.Is(err, ErrShutdown) || ctx.Err() != nil ||
+			(!structs.IsRetryable(err) && !errors.Is(err, errConnLost) && !isDialError(err)) {
 			return err
 		}
 		if time.Now().After(deadline) {
@@ -193,6 +201,8 @@ func (c *Client) RPC(method string, args, reply any) error {
 		case <-time.After(wait):
 		case <-c.shutdownCtx.Done():
 			return ErrShutdown
+		case <-ctx.Done():
+			return fmt.Errorf("%s: caller gone while retrying: %w", method, ctx.Err())
 		}
 		backoff = min(backoff*2, c.config.MaxRetryBackoff)
 	}

@@ -137,11 +137,11 @@ func TestRPCErrors_ServerToClientCaller(t *testing.T) {
 
 	for id, sent := range errs {
 		var out string
-		got := conn.call("Failing.Fail", id, &out, 5*time.Second)
+		got := conn.call(context.Background(), "Failing.Fail", id, &out, 5*time.Second)
 		requireSameMeaning(t, sent, got)
 		must.False(t, errors.Is(got, errConnLost))
 	}
 	var out string
-	got := conn.call("Failing.Nope", "x", &out, 5*time.Second)
+	got := conn.call(context.Background(), "Failing.Nope", "x", &out, 5*time.Second)
 	must.ErrorIs(t, got, structs.ErrUnknownMethod)
 }

@@ -104,6 +104,17 @@ type Config struct {
 	// JobLimits bound what a job may ask for; Job.Register refuses a job
 	// over them and the scheduler fails the evaluation of a stored one.
 	JobLimits structs.JobLimits
+	// RPCFrameTimeout bounds reading one frame once its first byte has
+	// arrived: an RPC request, a Raft message (a snapshot's data gets one
+	// more timeout per 256 KiB), a frame of a client's yamux session. A
+	// connection may idle between frames for as long as it likes. Zero
+	// means no bound.
+	RPCFrameTimeout time.Duration
+	// RPCMaxConnsPerClient bounds the connections open at once from one
+	// IP address; one over it is closed at once. Servers' Raft and
+	// forwarding pools and a client's one session use a few each. Zero
+	// means no bound.
+	RPCMaxConnsPerClient int
 
 	Logger hclog.Logger
 
@@ -134,9 +145,11 @@ func DefaultConfig() *Config {
 		DrainClaimGrace:        time.Minute,
 		CSINodeDetachTimeout:   time.Minute,
 		RPCMaxFrameBytes:       4 << 20,
-		RPCHandshakeTimeout:    10 * time.Second,
 		RPCMaxFrameContainers:  structs.DefaultMsgpackMaxContainers,
 		JobLimits:              structs.DefaultJobLimits(),
+		RPCHandshakeTimeout:    5 * time.Second,
+		RPCFrameTimeout:        30 * time.Second,
+		RPCMaxConnsPerClient:   100,
 		Logger:                 hclog.NewNullLogger(),
 	}
 }
@@ -220,6 +233,12 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("config: rpc max frame containers = %d, must be positive", c.RPCMaxFrameContainers)
 	case c.JobLimits.Validate() != nil:
 		return fmt.Errorf("config: %w", c.JobLimits.Validate())
+	case c.RPCHandshakeTimeout <= 0:
+		return fmt.Errorf("config: rpc handshake timeout = %s, must be positive", c.RPCHandshakeTimeout)
+	case c.RPCFrameTimeout < 0:
+		return fmt.Errorf("config: rpc frame timeout = %s, must not be negative", c.RPCFrameTimeout)
+	case c.RPCMaxConnsPerClient < 0:
+		return fmt.Errorf("config: rpc max conns per client = %d, must not be negative", c.RPCMaxConnsPerClient)
 	case c.JoinInterval <= 0:
 		return fmt.Errorf("config: join interval = %s, must be positive", c.JoinInterval)
 	case c.MemberFailAfter <= c.JoinInterval:

@@ -32,8 +32,10 @@ func (s *Server) forward(method string, info structs.RPCInfo, args, reply any) (
 		defer s.forwarding.done()
 	}
 
+	caller := callerContext(args)
 	ctx, cancel := context.WithTimeout(s.shutdownCtx, s.config.RPCHoldTimeout)
 	defer cancel()
+	defer context.AfterFunc(caller, cancel)()
 	for {
 		changed := s.leaderChanged()
 		if s.IsLeader() {
@@ -47,7 +49,7 @@ func (s *Server) forward(method string, info structs.RPCInfo, args, reply any) (
 		leaderAddr, _ := s.Leader()
 		if leaderAddr != "" && leaderAddr != s.advertise {
 			metrics.IncrCounter([]string{"rpc", "forward"}, 1)
-			err := s.forwardTo(leaderAddr, method, info, args, reply)
+			err := s.forwardTo(caller, leaderAddr, method, info, args, reply)
 			if !forwardRetryable(err) {
 				return true, err
 			}
@@ -60,6 +62,9 @@ func (s *Server) forward(method string, info structs.RPCInfo, args, reply any) (
 		case <-ctx.Done():
 			if s.shutdownCtx.Err() != nil {
 				return true, structs.ErrShutdown
+			}
+			if err := caller.Err(); err != nil {
+				return true, fmt.Errorf("%s: caller gone while waiting for a leader: %w", method, err)
 			}
 			return true, fmt.Errorf("%w: waited %s for %s", structs.ErrNoLeader, s.config.RPCHoldTimeout, method)
 		}
@@ -80,12 +85,28 @@ func forwardRetryable(err error) bool {
 		!errors.Is(err, errConnLost) && !errors.Is(err, context.DeadlineExceeded)
 }
 
+// callerContext is the context a request's caller tied it to (see
+// structs.QueryOptions.SetContext), or context.Background.
+func callerContext(args any) context.Context {
+	if q, ok := args.(interface{ Context() context.Context }); ok {
+		return q.Context()
+	}
+	return context.Background()
+}
+
 // forwardTo calls the leader. The call's own bound is the query's blocking
-// time for reads, plus slack for the leader's reply.
-func (s *Server) forwardTo(addr, method string, info structs.RPCInfo, args, reply any) error {
+// time for reads, plus slack for the leader's reply; it is abandoned when
+// caller ends.
+func (s *Server) forwardTo(caller context.Context, addr, method string, info structs.RPCInfo, args, reply any) error {
 	ctx, cancel := context.WithTimeout(s.shutdownCtx, structs.RPCCallTimeout(info))
 	defer cancel()
-	err := s.connPool.RPC(ctx, addr, method, args, reply)
+	defer context.AfterFunc(caller, cancel)()
+	var err error
+	if q, ok := info.(interface{ TimeToBlock() time.Duration }); ok && q.TimeToBlock() > 0 && caller.Done() != nil {
+		err = s.connPool.QueryRPC(ctx, addr, method, args, reply)
+	} else {
+		err = s.connPool.RPC(ctx, addr, method, args, reply)
+	}
 	if err != nil && s.shutdownCtx.Err() != nil {
 		return fmt.Errorf("%w: while forwarding %s", structs.ErrShutdown, method)
 	}
@@ -147,9 +168,13 @@ type queryFn func(ws memdb.WatchSet, store *state.StateStore) error
 // blockingRPC runs fn, and while the result's index is not past
 // MinQueryIndex, waits for what fn read to change and runs it again.
 func (s *Server) blockingRPC(opts *structs.QueryOptions, meta *structs.QueryMeta, fn queryFn) error {
+	// The wait ends with the caller (an HTTP client that hung up, an RPC
+	// connection that closed), so an abandoned query holds nothing.
+	caller := opts.Context()
 	// A little jitter spreads the wake-ups of many identical queries.
-	ctx, cancel := context.WithTimeout(s.shutdownCtx, jitter(opts.TimeToBlock(), structs.BlockingJitterFraction))
+	ctx, cancel := context.WithTimeout(caller, jitter(opts.TimeToBlock(), structs.BlockingJitterFraction))
 	defer cancel()
+	defer context.AfterFunc(s.shutdownCtx, cancel)()
 	for {
 		store := s.fsm.State()
 		ws := memdb.NewWatchSet()
@@ -166,6 +191,9 @@ func (s *Server) blockingRPC(opts *structs.QueryOptions, meta *structs.QueryMeta
 			return nil
 		}
 		if err := ws.WatchCtx(ctx); err != nil {
+			if cerr := caller.Err(); cerr != nil {
+				return fmt.Errorf("blocking query ended: its caller is gone: %w", cerr)
+			}
 			return nil // timed out: answer with what we have
 		}
 	}

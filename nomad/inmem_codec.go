@@ -1,6 +1,7 @@
 package nomad
 
 import (
+	"context"
 	"errors"
 	"net/rpc"
 	"reflect"
@@ -10,6 +11,8 @@ import (
 // as remote calls, without encoding: the agent's HTTP API uses it to reach
 // its own server.
 type inmemCodec struct {
+	// ctx, when set, is the caller's: a blocking query ends with it.
+	ctx    context.Context
 	method string
 	args   any
 	reply  any
@@ -31,6 +34,9 @@ func (c *inmemCodec) ReadRequestBody(body any) error {
 		return errors.New("rpc: argument type " + src.Type().String() + " does not match " + dst.Type().String())
 	}
 	dst.Set(src)
+	if cs, ok := body.(contextSetter); ok && c.ctx != nil {
+		cs.SetContext(c.ctx)
+	}
 	return nil
 }
 

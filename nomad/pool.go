@@ -17,14 +17,26 @@ import (
 // calls by sequence number, so concurrent calls share one connection.
 type connPool struct {
 	dialTimeout time.Duration
+	// queryConns holds a token per blocking query forwarded on a
+	// connection of its own (see QueryRPC).
+	queryConns chan struct{}
 
 	mu       sync.Mutex
 	clients  map[string]*rpc.Client
 	shutdown bool
 }
 
+// maxQueryConns bounds the forwarded blocking queries that wait on
+// connections of their own, well under the leader's per-address cap
+// (Config.RPCMaxConnsPerClient, 100 by default); more share the pool.
+const maxQueryConns = 16
+
 func newConnPool(dialTimeout time.Duration) *connPool {
-	return &connPool{dialTimeout: dialTimeout, clients: make(map[string]*rpc.Client)}
+	return &connPool{
+		dialTimeout: dialTimeout,
+		queryConns:  make(chan struct{}, maxQueryConns),
+		clients:     make(map[string]*rpc.Client),
+	}
 }
 
 // errDial marks a failure to reach the server at all: nothing was sent, so
@@ -48,19 +60,10 @@ func (p *connPool) get(addr string) (*rpc.Client, error) {
 	p.mu.Unlock()
 
 	// Dial without the lock; a racing dial to the same address loses below.
-	conn, err := net.DialTimeout("tcp", addr, p.dialTimeout)
+	c, err := p.dial(addr)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %v", errDial, addr, err)
+		return nil, err
 	}
-	if tcp, ok := conn.(*net.TCPConn); ok {
-		_ = tcp.SetKeepAlive(true)
-		_ = tcp.SetKeepAlivePeriod(10 * time.Second)
-	}
-	if _, err := conn.Write([]byte{structs.RPCNomad}); err != nil {
-		conn.Close()
-		return nil, fmt.Errorf("%w: %s: %v", errDial, addr, err)
-	}
-	c := rpc.NewClientWithCodec(structs.NewClientCodec(conn))
 
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -74,6 +77,23 @@ func (p *connPool) get(addr string) (*rpc.Client, error) {
 	}
 	p.clients[addr] = c
 	return c, nil
+}
+
+// dial opens an RPC connection to addr.
+func (p *connPool) dial(addr string) (*rpc.Client, error) {
+	conn, err := net.DialTimeout("tcp", addr, p.dialTimeout)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", errDial, addr, err)
+	}
+	if tcp, ok := conn.(*net.TCPConn); ok {
+		_ = tcp.SetKeepAlive(true)
+		_ = tcp.SetKeepAlivePeriod(10 * time.Second)
+	}
+	if _, err := conn.Write([]byte{structs.RPCNomad}); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("%w: %s: %v", errDial, addr, err)
+	}
+	return rpc.NewClientWithCodec(structs.NewClientCodec(conn)), nil
 }
 
 // drop forgets a broken client so the next call dials afresh.
@@ -107,6 +127,43 @@ func (p *connPool) RPC(ctx context.Context, addr, method string, args, reply any
 		}
 		// The connection failed: forget it. Whether the call ran is unknown.
 		p.drop(addr, c)
+		return fmt.Errorf("%w: rpc %s to %s: %v", errConnLost, method, addr, err)
+	}
+	return nil
+}
+
+// QueryRPC is RPC for a blocking query whose caller may go away. While
+// fewer than maxQueryConns are out, the query waits on a connection of its
+// own, closed when the call ends: the leader ends a query whose connection
+// closed, so an abandoned query does not hold it for the rest of its wait.
+// Calls sharing a pooled connection cannot be cancelled one by one.
+func (p *connPool) QueryRPC(ctx context.Context, addr, method string, args, reply any) error {
+	select {
+	case p.queryConns <- struct{}{}:
+		defer func() { <-p.queryConns }()
+	default:
+		return p.RPC(ctx, addr, method, args, reply)
+	}
+	p.mu.Lock()
+	shutdown := p.shutdown
+	p.mu.Unlock()
+	if shutdown {
+		return structs.ErrShutdown
+	}
+	c, err := p.dial(addr)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	err = structs.CallContext(ctx, c, method, args, reply)
+	if ctxErr := ctx.Err(); ctxErr != nil && errors.Is(err, ctxErr) {
+		return err
+	}
+	if err != nil {
+		var serverErr rpc.ServerError
+		if errors.As(err, &serverErr) {
+			return structs.FromRPCError(err)
+		}
 		return fmt.Errorf("%w: rpc %s to %s: %v", errConnLost, method, addr, err)
 	}
 	return nil

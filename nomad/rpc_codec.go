@@ -2,11 +2,13 @@ package nomad
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/rpc"
+	"os"
 	"sync"
 	"time"
 
@@ -69,8 +71,10 @@ func (f *frameReader) UnreadByte() error {
 	return nil
 }
 
-// serverCodec is a msgpack rpc.ServerCodec that bounds each request and
-// ends the connection on the first undecodable frame.
+// serverCodec is a msgpack rpc.ServerCodec that bounds each request, in
+// size and in time, and ends the connection on the first undecodable
+// frame. Requests read from it carry a context that ends with the
+// connection, so a blocking query stops waiting once its caller is gone.
 //
 // Each header and body is read whole (structs.ReadMsgpackValue) before it
 // is decoded, so that one holding more than maxContainers maps and arrays
@@ -88,6 +92,16 @@ type serverCodec struct {
 	// session is the client session the stream belongs to, nil outside
 	// one; handed to every request that can hold it (see sessionSetter).
 	session any
+	// frameTimeout, when set, bounds reading one request (header and
+	// body) from its first byte; the wait for that byte is unbounded.
+	frameTimeout time.Duration
+	// readErr is the error that ended the reading, for the listener's log.
+	readErr error
+
+	// ctx ends when the connection can take no more requests: its reader
+	// failed or it was closed.
+	ctx    context.Context
+	cancel context.CancelFunc
 
 	writeMu   sync.Mutex
 	closeOnce sync.Once
@@ -96,23 +110,38 @@ type serverCodec struct {
 func newServerCodec(conn io.ReadWriteCloser, maxFrame int) *serverCodec {
 	fr := &frameReader{r: bufio.NewReader(conn), limit: maxFrame}
 	bw := bufio.NewWriter(conn)
+	ctx, cancel := context.WithCancel(context.Background())
 	return &serverCodec{
-		conn:  conn,
-		frame: fr,
-		dec:   codec.NewDecoderBytes(nil, structs.MsgpackHandle),
-		enc:   codec.NewEncoder(bw, structs.MsgpackHandle),
-		bufW:  bw,
+		conn:   conn,
+		frame:  fr,
+		dec:    codec.NewDecoderBytes(nil, structs.MsgpackHandle),
+		enc:    codec.NewEncoder(bw, structs.MsgpackHandle),
+		bufW:   bw,
+		ctx:    ctx,
+		cancel: cancel,
 	}
 }
+
+// readDeadliner is a connection whose reads can be bounded in time.
+type readDeadliner interface{ SetReadDeadline(time.Time) error }
 
 func (c *serverCodec) ReadRequestHeader(r *rpc.Request) error {
 	if c.failed {
 		// net/rpc keeps reading after a bad body; a stream that failed to
 		// decode is no longer at a frame boundary, so end it here.
+		c.endReading(io.EOF)
 		return io.EOF
 	}
+	if err := c.awaitFrame(); err != nil {
+		c.endReading(err)
+		return err
+	}
 	c.frame.reset()
-	return c.decode(r)
+	if err := c.decode(r); err != nil {
+		c.endReading(err)
+		return err
+	}
+	return nil
 }
 
 // decode reads one msgpack value from the frame, then decodes it into v.
@@ -132,6 +161,37 @@ func (c *serverCodec) decode(v any) error {
 	return c.dec.Decode(v)
 }
 
+// awaitFrame waits, without a deadline, for the next request's first
+// byte, then gives the whole request frameTimeout to arrive: a connection
+// may idle between requests, but not stall inside one.
+func (c *serverCodec) awaitFrame() error {
+	d, ok := c.conn.(readDeadliner)
+	if c.frameTimeout <= 0 || !ok {
+		return nil
+	}
+	if err := d.SetReadDeadline(time.Time{}); err != nil {
+		return err
+	}
+	if _, err := c.frame.r.Peek(1); err != nil {
+		return err
+	}
+	return d.SetReadDeadline(time.Now().Add(c.frameTimeout))
+}
+
+// endReading records why no more requests will be read, and ends the
+// context of those still running.
+func (c *serverCodec) endReading(err error) {
+	if c.readErr == nil {
+		c.readErr = err
+	}
+	c.cancel()
+}
+
+// frameTimedOut reports whether the reading ended on the frame deadline.
+func (c *serverCodec) frameTimedOut() bool {
+	return c.readErr != nil && errors.Is(c.readErr, os.ErrDeadlineExceeded)
+}
+
 func (c *serverCodec) ReadRequestBody(body any) error {
 	if body == nil {
 		// net/rpc discards the body of an unknown method with a nil target;
@@ -145,7 +205,13 @@ func (c *serverCodec) ReadRequestBody(body any) error {
 	}
 	if err := c.decode(body); err != nil {
 		c.failed = true
+		if c.readErr == nil {
+			c.readErr = err
+		}
 		return err
+	}
+	if cs, ok := body.(contextSetter); ok {
+		cs.SetContext(c.ctx)
 	}
 	if c.session != nil {
 		if ss, ok := body.(sessionSetter); ok {
@@ -154,6 +220,10 @@ func (c *serverCodec) ReadRequestBody(body any) error {
 	}
 	return nil
 }
+
+// contextSetter is a request that can carry its caller's context
+// (structs.QueryOptions, and what embeds it).
+type contextSetter interface{ SetContext(context.Context) }
 
 // sessionSetter is a request that can carry the client session it arrived
 // on (structs.WriteRequest and QueryOptions, and what embeds them).
@@ -173,7 +243,10 @@ func (c *serverCodec) WriteResponse(r *rpc.Response, body any) error {
 
 func (c *serverCodec) Close() error {
 	var err error
-	c.closeOnce.Do(func() { err = c.conn.Close() })
+	c.closeOnce.Do(func() {
+		c.cancel()
+		err = c.conn.Close()
+	})
 	return err
 }
 

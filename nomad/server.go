@@ -14,11 +14,14 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/hashicorp/go-hclog"
+	metrics "github.com/hashicorp/go-metrics"
 	"github.com/hashicorp/raft"
 	raftwal "github.com/hashicorp/raft-wal"
 	"github.com/hashicorp/raft-wal/metadb"
 	"github.com/hashicorp/yamux"
+	"github.com/roamhq/roam/internal/connlimit"
 	"github.com/roamhq/roam/internal/fsutil"
+	"github.com/roamhq/roam/internal/ratelog"
 	"github.com/roamhq/roam/state"
 	"github.com/roamhq/roam/structs"
 )
@@ -33,8 +36,16 @@ type Server struct {
 
 	listener  net.Listener
 	advertise string
-	rpcServer *structs.RPCServer
-	connPool  *connPool
+	// connLimiter counts the connections open per remote address.
+	connLimiter *connlimit.Limiter
+	// connLog logs refused and failed connections, rate-limited: a scan
+	// of the port must not flood the log.
+	connLog *ratelog.Logger
+	// raftNetLog rate-limits the Raft transport's own per-connection
+	// errors, for the same reason.
+	raftNetLog *ratelog.Logger
+	rpcServer  *structs.RPCServer
+	connPool   *connPool
 
 	fsm           *FSM
 	raft          *raft.Raft
@@ -121,8 +132,10 @@ func NewServer(config *Config) (*Server, error) {
 	s := &Server{
 		config:         config,
 		logger:         logger,
-		listener:       ln,
 		advertise:      advertise,
+		connLimiter:    connlimit.New(config.RPCMaxConnsPerClient),
+		connLog:        ratelog.New(logger, ratelog.DefaultWindow),
+		raftNetLog:     ratelog.New(config.Logger.Named("raft-net"), ratelog.DefaultWindow),
 		rpcServer:      structs.NewRPCServer(),
 		connPool:       newConnPool(config.RPCHoldTimeout),
 		leaderChangeCh: make(chan struct{}),
@@ -131,6 +144,7 @@ func NewServer(config *Config) (*Server, error) {
 		conns:          make(map[net.Conn]struct{}),
 		nodeConns:      newNodeConns(),
 	}
+	s.listener = connlimit.Listen(ln, s.connLimiter, s.refuseOverCap)
 	s.members = newMemberList(s.selfMember(), config.MemberFailAfter)
 	s.heartbeats = newHeartbeater(s)
 	s.broker = newEvalBroker()
@@ -159,6 +173,8 @@ func NewServer(config *Config) (*Server, error) {
 // abortStart releases what a failed NewServer acquired.
 func (s *Server) abortStart() {
 	s.shutdownCancel()
+	s.connLog.Stop()
+	s.raftNetLog.Stop()
 	s.listener.Close()
 	if s.raftTransport != nil {
 		s.raftTransport.Close()
@@ -226,7 +242,7 @@ func (s *Server) setupRaft() error {
 		Stream:  s.raftLayer,
 		MaxPool: 3,
 		Timeout: 10 * time.Second,
-		Logger:  s.config.Logger.Named("raft-net"),
+		Logger:  &raftNetLogger{Logger: s.config.Logger.Named("raft-net"), limited: s.raftNetLog},
 	}))
 
 	var (
@@ -359,6 +375,10 @@ func (s *Server) handleConn(conn net.Conn, session *yamux.Session) {
 	var b [1]byte
 	_ = conn.SetReadDeadline(time.Now().Add(s.config.RPCHandshakeTimeout))
 	if _, err := conn.Read(b[:]); err != nil {
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			s.connRejected("handshake_timeout", "rpc connection sent no protocol byte in time; closed",
+				"remote", conn.RemoteAddr(), "timeout", s.config.RPCHandshakeTimeout, "in_session", inSession)
+		}
 		s.closeConn(conn)
 		return
 	}
@@ -368,24 +388,59 @@ func (s *Server) handleConn(conn net.Conn, session *yamux.Session) {
 	case b[0] == structs.RPCNomad:
 		codec := newServerCodec(conn, s.config.RPCMaxFrameBytes)
 		codec.maxContainers = s.config.RPCMaxFrameContainers
+		codec.frameTimeout = s.config.RPCFrameTimeout
 		if inSession {
 			codec.session = session
 		}
 		s.rpcServer.ServeCodec(codec)
+		if codec.frameTimedOut() {
+			s.connRejected("frame_timeout", "rpc request not received within the frame timeout; connection closed",
+				"remote", conn.RemoteAddr(), "timeout", s.config.RPCFrameTimeout, "in_session", inSession)
+		}
 		s.trackConn(conn, false)
 	case b[0] == structs.RPCRaft && !inSession:
 		s.trackConn(conn, false) // Raft owns it from here
-		s.raftLayer.handoff(conn)
+		s.raftLayer.handoff(s.frameGuard(conn, &raftScanner{}, "raft"))
 	case b[0] == structs.RPCMultiplex && !inSession:
 		s.serveSession(conn)
 	case b[0] == structs.RPCTLS:
-		s.logger.Warn("tls connection refused: tls is not configured", "remote", conn.RemoteAddr())
+		s.connRejected("tls_not_configured", "tls connection refused: tls is not configured",
+			"remote", conn.RemoteAddr(), "in_session", inSession)
 		s.closeConn(conn)
 	default:
-		s.logger.Warn("unknown protocol byte, closing connection",
+		s.connRejected("bad_protocol", "unknown protocol byte, closing connection",
 			"byte", fmt.Sprintf("0x%02x", b[0]), "remote", conn.RemoteAddr(), "in_session", inSession)
 		s.closeConn(conn)
 	}
+}
+
+// frameGuard bounds each frame read from conn by the frame timeout; kind
+// names the protocol in the log.
+func (s *Server) frameGuard(conn net.Conn, scanner frameScanner, kind string) net.Conn {
+	timeout := s.config.RPCFrameTimeout
+	if timeout <= 0 {
+		return conn
+	}
+	return newFrameConn(conn, scanner, timeout, func() {
+		s.connRejected("frame_timeout", kind+" frame not received within the frame timeout; connection closed",
+			"remote", conn.RemoteAddr(), "timeout", timeout)
+	})
+}
+
+// refuseOverCap closes a connection from an address that has as many
+// open as it may.
+func (s *Server) refuseOverCap(c net.Conn) {
+	_ = c.Close()
+	s.connRejected("over_cap", "rpc connection refused: too many open from one address",
+		"remote", c.RemoteAddr(), "limit", s.connLimiter.Max())
+}
+
+// connRejected counts a connection closed for misbehaving, by reason, and
+// logs it rate-limited.
+func (s *Server) connRejected(reason, msg string, args ...any) {
+	metrics.IncrCounterWithLabels([]string{"rpc", "conn", "rejected"}, 1,
+		[]metrics.Label{{Name: "reason", Value: reason}})
+	s.connLog.Warn(msg, args...)
 }
 
 func (s *Server) closeConn(c net.Conn) {
@@ -399,7 +454,7 @@ func (s *Server) serveSession(conn net.Conn) {
 	cfg := yamux.DefaultConfig()
 	cfg.LogOutput = nil
 	cfg.Logger = hclogYamux{s.logger.Named("yamux")}
-	session, err := yamux.Server(conn, cfg)
+	session, err := yamux.Server(s.frameGuard(conn, &yamuxScanner{}, "client session"), cfg)
 	if err != nil {
 		s.logger.Error("yamux session failed", "error", err)
 		s.closeConn(conn)
@@ -412,22 +467,46 @@ func (s *Server) serveSession(conn net.Conn) {
 		s.nodeConns.removeSession(session)
 		s.trackConn(conn, false)
 	}()
+	var streams atomic.Int64
 	for {
 		stream, err := session.Accept()
 		if err != nil {
 			return
 		}
-		go s.handleConn(stream, session)
+		if streams.Add(1) > maxSessionStreams {
+			streams.Add(-1)
+			_ = stream.Close()
+			s.connRejected("too_many_streams", "rpc stream refused: too many open on one client session",
+				"remote", conn.RemoteAddr(), "limit", maxSessionStreams)
+			continue
+		}
+		go func() {
+			defer streams.Add(-1)
+			s.handleConn(stream, session)
+		}()
 	}
 }
+
+// maxSessionStreams bounds the RPC streams a client may have open at once
+// on its session. A client uses one for its calls and one per blocking
+// query it waits on (at most client.maxQueryStreams); the rest of this
+// margin is for the streams still closing.
+const maxSessionStreams = 256
 
 // RPC serves an in-process call, with the same forwarding and checks as
 // a remote one.
 func (s *Server) RPC(method string, args, reply any) error {
+	return s.RPCContext(context.Background(), method, args, reply)
+}
+
+// RPCContext is RPC for a caller that may go away: a blocking query, or a
+// wait for a leader, ends as soon as ctx does. A write already sent to
+// Raft is not undone.
+func (s *Server) RPCContext(ctx context.Context, method string, args, reply any) error {
 	if s.shutdownCtx.Err() != nil {
 		return ErrServerClosed
 	}
-	codec := &inmemCodec{method: method, args: args, reply: reply}
+	codec := &inmemCodec{ctx: ctx, method: method, args: args, reply: reply}
 	if err := s.rpcServer.ServeRequest(codec); err != nil {
 		return err
 	}
@@ -539,6 +618,8 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		case <-ctx.Done():
 			errs = append(errs, fmt.Errorf("waiting for server goroutines: %w", ctx.Err()))
 		}
+		s.connLog.Stop()
+		s.raftNetLog.Stop()
 		if s.wal != nil {
 			if err := s.wal.Close(); err != nil {
 				errs = append(errs, fmt.Errorf("close raft log: %w", err))

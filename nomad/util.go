@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/roamhq/roam/internal/ratelog"
 )
 
 type atomicBool = atomic.Bool
@@ -85,4 +86,34 @@ func (f *inFlight) waitIdle(ctx context.Context) (int, error) {
 	case <-ctx.Done():
 		return n, ctx.Err()
 	}
+}
+
+// raftNetLogger rate-limits the errors Raft's transport logs once per bad
+// connection (a garbage or timed-out frame), so that a flood of them
+// cannot flood the log; every other line passes through.
+type raftNetLogger struct {
+	hclog.Logger
+	limited *ratelog.Logger
+}
+
+// raftConnErrors are the transport's per-connection error messages.
+var raftConnErrors = map[string]bool{
+	"failed to decode incoming command": true,
+	"failed to flush response":          true,
+}
+
+func (l *raftNetLogger) Error(msg string, args ...any) {
+	if raftConnErrors[msg] {
+		l.limited.Log(hclog.Error, msg, args...)
+		return
+	}
+	l.Logger.Error(msg, args...)
+}
+
+func (l *raftNetLogger) Log(level hclog.Level, msg string, args ...any) {
+	if level == hclog.Error && raftConnErrors[msg] {
+		l.limited.Log(level, msg, args...)
+		return
+	}
+	l.Logger.Log(level, msg, args...)
 }

@@ -1,6 +1,7 @@
 package structs
 
 import (
+	"context"
 	"reflect"
 	"time"
 
@@ -127,6 +128,9 @@ type QueryOptions struct {
 	// session is the client session the request arrived on, set by the
 	// receiving server only; unexported, so never encoded.
 	session any
+	// ctx is the caller's context (see SetContext); unexported, so never
+	// encoded.
+	ctx context.Context
 }
 
 func (q QueryOptions) RequestRegion() string { return q.Region }

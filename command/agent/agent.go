@@ -175,6 +175,10 @@ func (a *Agent) setupServer() error {
 	sc.LeaveDrainTimeout = parseDurationOr(c.Server.LeaveDrainTimeout, sc.LeaveDrainTimeout)
 	sc.CSINodeDetachTimeout = parseDurationOr(c.Server.CSINodeDetachTimeout, sc.CSINodeDetachTimeout)
 	sc.LeaveOnTerminate = c.LeaveOnTerminate
+	limits := c.limits()
+	sc.RPCMaxConnsPerClient = limits.RPCMaxConnsPerClient
+	sc.RPCHandshakeTimeout = parseDurationOr(limits.RPCHandshakeTimeout, sc.RPCHandshakeTimeout)
+	sc.RPCFrameTimeout = parseDurationOr(limits.RPCFrameTimeout, sc.RPCFrameTimeout)
 	sc.Logger = a.logger.ResetNamed("")
 
 	ln, err := net.Listen("tcp", sc.RPCAddr)
@@ -243,11 +247,17 @@ var errNoRPC = errors.New("agent has neither a server nor a client")
 // RPC calls the cluster: through the local server when there is one
 // (which forwards to the leader as needed), else through the client.
 func (a *Agent) RPC(method string, args, reply any) error {
+	return a.RPCContext(context.Background(), method, args, reply)
+}
+
+// RPCContext is RPC for a caller that may go away: a blocking query it
+// starts ends as soon as ctx does.
+func (a *Agent) RPCContext(ctx context.Context, method string, args, reply any) error {
 	switch {
 	case a.server != nil:
-		return a.server.RPC(method, args, reply)
+		return a.server.RPCContext(ctx, method, args, reply)
 	case a.client != nil:
-		return a.client.RPC(method, args, reply)
+		return a.client.RPCContext(ctx, method, args, reply)
 	}
 	return errNoRPC
 }

@@ -17,6 +17,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/roamhq/roam/client"
+	"github.com/roamhq/roam/internal/connlimit"
+	"github.com/roamhq/roam/internal/ratelog"
 	"github.com/roamhq/roam/nomad"
 	"github.com/roamhq/roam/structs"
 )
@@ -37,7 +39,14 @@ type HTTPServer struct {
 	// an RPC give up then instead of holding Shutdown up.
 	shutdownCh chan struct{}
 	// rpcWaiting counts requests waiting on an RPC.
-	rpcWaiting   atomic.Int64
+	rpcWaiting atomic.Int64
+	// connLimiter counts the connections open per remote address.
+	connLimiter *connlimit.Limiter
+	// connLog logs refused connections and cut-off bodies, rate-limited.
+	connLog *ratelog.Logger
+	// bodyTimeout bounds reading one request body; zero for no bound.
+	bodyTimeout time.Duration
+
 	serveDone    chan struct{}
 	shutdownOnce sync.Once
 	shutdownErr  error
@@ -53,12 +62,16 @@ const nodePathPrefix = "/v1/node/"
 
 // NewHTTPServer starts serving the API on ln.
 func NewHTTPServer(a *Agent, ln net.Listener, logger hclog.Logger) *HTTPServer {
+	limits := a.config.limits()
 	s := &HTTPServer{
-		agent:      a,
-		logger:     logger,
-		listener:   ln,
-		shutdownCh: make(chan struct{}),
-		serveDone:  make(chan struct{}),
+		agent:       a,
+		logger:      logger,
+		listener:    ln,
+		shutdownCh:  make(chan struct{}),
+		serveDone:   make(chan struct{}),
+		connLimiter: connlimit.New(limits.HTTPMaxConnsPerClient),
+		connLog:     ratelog.New(logger, ratelog.DefaultWindow),
+		bodyTimeout: parseDurationOr(limits.HTTPBodyReadTimeout, 0),
 	}
 	s.routes = map[string]map[string]handlerFunc{
 		"/v1/status/leader":               {http.MethodGet: s.statusLeader},
@@ -83,11 +96,15 @@ func NewHTTPServer(a *Agent, ln net.Listener, logger hclog.Logger) *HTTPServer {
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		// No write timeout: a blocking query may legitimately wait minutes.
+		// No ReadTimeout: bodies are bounded per request instead
+		// (limitBodyRead), which answers 408 naming the limit, and counts
+		// and logs the cut.
 		ErrorLog: logger.StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true}),
 	}
+	limited := connlimit.Listen(ln, s.connLimiter, s.refuseOverCap)
 	go func() {
 		defer close(s.serveDone)
-		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := s.srv.Serve(limited); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			logger.Error("http server stopped", "error", err)
 		}
 	}()
@@ -104,6 +121,7 @@ func (s *HTTPServer) Addr() string { return s.listener.Addr().String() }
 func (s *HTTPServer) Shutdown(ctx context.Context) error {
 	s.shutdownOnce.Do(func() {
 		close(s.shutdownCh)
+		defer s.connLog.Stop()
 		if err := s.srv.Shutdown(ctx); err != nil {
 			s.shutdownErr = fmt.Errorf("http shutdown: %w", err)
 			return
@@ -120,6 +138,7 @@ func (s *HTTPServer) Shutdown(ctx context.Context) error {
 // ServeHTTP routes a request, answers it, and logs it at debug level.
 func (s *HTTPServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
+	s.limitBodyRead(w, r)
 	rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
 	defer func() {
 		s.logger.Debug("request", "method", r.Method, "path", r.URL.Path,
@@ -394,13 +413,16 @@ func (s *HTTPServer) localMeta() structs.QueryMeta {
 
 // rpc calls the cluster on behalf of r. The call runs in its own goroutine
 // so the request ends as soon as its client goes away or the HTTP server
-// shuts down; the abandoned call ends on its own bound (the query's wait,
-// or the hold timeout for a leader) and its reply is never read.
+// shuts down. The call is tied to the request: a blocking query, or a wait
+// for a leader, ends with it at once (a write already sent to Raft runs
+// to its end), and the abandoned reply is never read.
 func (s *HTTPServer) rpc(r *http.Request, method string, args, reply any) error {
 	s.rpcWaiting.Add(1)
 	defer s.rpcWaiting.Add(-1)
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
 	done := make(chan error, 1)
-	go func() { done <- s.agent.RPC(method, args, reply) }()
+	go func() { done <- s.agent.RPCContext(ctx, method, args, reply) }()
 	select {
 	case err := <-done:
 		return err

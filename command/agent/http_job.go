@@ -292,6 +292,10 @@ func readJobBody(w http.ResponseWriter, r *http.Request, l structs.JobLimits) ([
 func readBody(r *http.Request, limit int64) ([]byte, error) {
 	body, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
 	if err != nil {
+		var coded *codedError
+		if errors.As(err, &coded) {
+			return nil, coded // the body timed out (timedBody)
+		}
 		return nil, badRequest("Failed to read request body: %v", err)
 	}
 	if int64(len(body)) > limit {
