@@ -64,6 +64,23 @@ func TestBadInput(t *testing.T) {
 	t.Run("RestartOnDataDir", e.rowRestart)
 }
 
+// TestBadInput_ForwardedBlockingQueries is the blocking-query row of
+// TestBadInput on a follower of a 3-server cluster: the follower forwards
+// each query to the leader, and when the callers hang up the queries must
+// end on both. (The storm sends its blocking queries to every server, and
+// saw them outlive their callers on the leader.)
+func TestBadInput_ForwardedBlockingQueries(t *testing.T) {
+	const queries = 1000
+	c := StartCluster(t, Opts{Servers: 3, ServerConfigExtra: biLimits, LogLevel: "INFO"})
+	leader := c.Leader()
+	follower := (leader + 1) % len(c.Servers)
+	guardMemory(t, memGuardCap, c.Servers...)
+	hangUpBlockingQueries(t, c.Servers[follower], []*Agent{c.Servers[follower], c.Servers[leader]}, queries, 0)
+	for _, s := range c.Servers {
+		must.True(t, s.Running(), must.Sprintf("%s died: %s", s.Name, s.ExitState()))
+	}
+}
+
 // Short limits for the rows that hold connections open, so that each
 // deadline is seen to end them within seconds.
 const (
@@ -504,9 +521,21 @@ func (e *badInputEnv) rowVolumeIDEscape(t *testing.T) {
 // rowBlockingQueries: 4,000 blocking queries whose callers hang up after
 // 2 s must not outlive their callers in the agent.
 func (e *badInputEnv) rowBlockingQueries(t *testing.T) {
+	w := e.begin(t)
+	hangUpBlockingQueries(t, e.server, []*Agent{e.server}, 4000, 0)
+	w.finish(blockingRSSBound)
+}
+
+// hangUpBlockingQueries sends n blocking queries for /v1/jobs to the HTTP
+// API of target, from 50 attacker addresses starting at firstSrc (80 each
+// for 4,000: under the per-address cap). Once all are waiting (target has
+// a goroutine more for each) and 2 s have passed, their callers hang up;
+// then every agent in watch must be back to its goroutine count from
+// before within releaseBy.
+func hangUpBlockingQueries(t *testing.T, target *Agent, watch []*Agent, n, firstSrc int) {
+	t.Helper()
 	const (
-		queries   = 4000
-		sources   = 50 // 80 queries per address, under the per-address cap
+		sources   = 50
 		hangUpAt  = 2 * time.Second
 		arriveBy  = 30 * time.Second
 		releaseBy = 10 * time.Second // the unfixed agent held them up to 10 minutes
@@ -514,43 +543,52 @@ func (e *badInputEnv) rowBlockingQueries(t *testing.T) {
 		// callers are gone: timers, a GC worker, a log flush.
 		goroutineSlack = 50
 	)
-	w := e.begin(t)
-	base := e.server.HTTPAddr()
-	before, err := ReadRuntime(base)
-	must.NoError(t, err)
-	var jobsIndex uint64
-	{
-		var jobs []json.RawMessage
-		m, err := GetJSONMeta(base, "/v1/jobs", &jobs)
+	base := target.HTTPAddr()
+	before := make([]int, len(watch))
+	peak := make([]int, len(watch))
+	for i, a := range watch {
+		rt, err := ReadRuntime(a.HTTPAddr())
 		must.NoError(t, err)
-		jobsIndex = m.Index
+		before[i] = rt.Goroutines
 	}
+	targetBefore, err := ReadRuntime(base)
+	must.NoError(t, err)
+	var jobs []json.RawMessage
+	m, err := GetJSONMeta(base, "/v1/jobs", &jobs)
+	must.NoError(t, err)
 
 	ctx, hangUp := context.WithCancel(context.Background())
 	defer hangUp()
 	var wg sync.WaitGroup
-	errs := make(chan error, queries)
+	errs := make(chan error, n)
 	start := time.Now()
-	for i := range queries {
+	for i := range n {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := blockingQueryUntil(ctx, attackerAddr(i%sources), base, jobsIndex); err != nil {
+			if err := blockingQueryUntil(ctx, attackerAddr(firstSrc+i%sources), base, m.Index); err != nil {
 				errs <- err
 			}
 		}()
 	}
-	// Hang up once every query is waiting in the agent (at least one
+	// Hang up once every query is waiting in the target (at least one
 	// goroutine each) and 2 s have passed.
-	var peak int
 	err = poll(arriveBy, func() error {
+		var targetNow int
+		for i, a := range watch {
+			rt, err := ReadRuntime(a.HTTPAddr())
+			if err != nil {
+				return err
+			}
+			peak[i] = max(peak[i], rt.Goroutines)
+		}
 		rt, err := ReadRuntime(base)
 		if err != nil {
 			return err
 		}
-		peak = max(peak, rt.Goroutines)
-		if rt.Goroutines < before.Goroutines+queries {
-			return fmt.Errorf("%d goroutines in the agent, want at least %d + %d waiting queries", rt.Goroutines, before.Goroutines, queries)
+		targetNow = rt.Goroutines
+		if targetNow < targetBefore.Goroutines+n {
+			return fmt.Errorf("%d goroutines in %s, want at least %d + %d waiting queries", targetNow, target.Name, targetBefore.Goroutines, n)
 		}
 		if time.Since(start) < hangUpAt {
 			return errors.New("not 2 s yet")
@@ -565,31 +603,35 @@ func (e *badInputEnv) rowBlockingQueries(t *testing.T) {
 	for err := range errs {
 		failed = append(failed, err)
 	}
-	t.Logf("%d blocking queries from %d addresses; callers hung up after %s; goroutines: %d before, peak %d",
-		queries, sources, hungUp.Sub(start).Round(time.Millisecond), before.Goroutines, peak)
+	t.Logf("%d blocking queries to %s from %d addresses; callers hung up after %s", n, target.Name, sources, hungUp.Sub(start).Round(time.Millisecond))
 	if err != nil {
 		t.Errorf("the queries did not all arrive within %s: %v", arriveBy, err)
 	}
 	if len(failed) > 0 {
-		t.Errorf("%d of %d queries failed before their caller hung up; first: %v", len(failed), queries, failed[0])
+		t.Errorf("%d of %d queries failed before their caller hung up; first: %v", len(failed), n, failed[0])
 	}
-	var after int
+	after := make([]int, len(watch))
 	err = poll(releaseBy, func() error {
-		rt, err := ReadRuntime(base)
-		if err != nil {
-			return err
+		var errs []error
+		for i, a := range watch {
+			rt, err := ReadRuntime(a.HTTPAddr())
+			if err != nil {
+				return err
+			}
+			after[i] = rt.Goroutines
+			if after[i] > before[i]+goroutineSlack {
+				errs = append(errs, fmt.Errorf("%s: %d goroutines %s after the callers hung up (%d before)",
+					a.Name, after[i], time.Since(hungUp).Round(time.Millisecond), before[i]))
+			}
 		}
-		after = rt.Goroutines
-		if after > before.Goroutines+goroutineSlack {
-			return fmt.Errorf("%d goroutines %s after the callers hung up (%d before)", after, time.Since(hungUp).Round(time.Millisecond), before.Goroutines)
-		}
-		return nil
+		return errors.Join(errs...)
 	})
-	t.Logf("goroutines %d, %s after the callers hung up", after, time.Since(hungUp).Round(time.Millisecond))
+	for i, a := range watch {
+		t.Logf("%s goroutines: %d before, peak %d, %d %s after the callers hung up", a.Name, before[i], peak[i], after[i], time.Since(hungUp).Round(time.Millisecond))
+	}
 	if err != nil {
 		t.Errorf("blocking queries outlive their callers: %v", err)
 	}
-	w.finish(blockingRSSBound)
 }
 
 // heldResult is how long each held connection stayed open, by kind.

@@ -275,6 +275,17 @@ func electionsByWindow(cc *csiCluster, windows []window) (quiet, stormy int) {
 	return quiet, stormy
 }
 
+// plumbing reports whether fn belongs to the runtime or the standard
+// library's waiting machinery, which every blocked goroutine shows.
+func plumbing(fn string) bool {
+	for _, p := range []string{"runtime.", "sync.", "internal/", "net.", "bufio.", "io.", "time."} {
+		if strings.HasPrefix(fn, p) {
+			return true
+		}
+	}
+	return false
+}
+
 // goroutineDump sends SIGQUIT to a (the Go runtime prints every
 // goroutine's stack and exits), waits for it to exit, and summarizes the
 // dump from its log: goroutines counted by the first frame of their
@@ -294,23 +305,28 @@ func goroutineDump(a *Agent) string {
 	}
 	counts := map[string]int{}
 	for _, g := range strings.Split(string(b[off:]), "\n\ngoroutine ") {
-		lines := strings.Split(g, "\n")
-		top := "?"
-		for _, l := range lines[1:] {
-			if strings.HasPrefix(l, "\t") || l == "" {
+		// The first frame outside the runtime and the standard library's
+		// plumbing, and the first of Roam's own below it: where the
+		// goroutine waits, and for whom.
+		top, ours := "?", ""
+		for _, l := range strings.Split(g, "\n")[1:] {
+			if strings.HasPrefix(l, "\t") || l == "" || strings.HasPrefix(l, "created by") {
 				continue
 			}
 			fn := l
 			if i := strings.LastIndexByte(fn, '('); i > 0 {
 				fn = fn[:i]
 			}
-			if strings.HasPrefix(fn, "runtime.") || strings.HasPrefix(fn, "sync.") || strings.HasPrefix(fn, "internal/poll.") ||
-				strings.HasPrefix(fn, "net.") || strings.HasPrefix(fn, "bufio.") || strings.HasPrefix(fn, "io.") ||
-				strings.HasPrefix(fn, "created by") {
-				continue
+			if top == "?" && !plumbing(fn) {
+				top = fn
 			}
-			top = fn
-			break
+			if strings.HasPrefix(fn, "github.com/roamhq/roam/") {
+				ours = strings.TrimPrefix(fn, "github.com/roamhq/roam/")
+				break
+			}
+		}
+		if ours != "" && !strings.HasSuffix(top, ours) {
+			top += " in " + ours
 		}
 		counts[top]++
 	}
