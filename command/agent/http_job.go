@@ -277,8 +277,13 @@ func (s *HTTPServer) jobLimits() structs.JobLimits {
 // connection is closed rather than read to its end.
 func readJobBody(w http.ResponseWriter, r *http.Request, l structs.JobLimits) ([]byte, error) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, int64(l.MaxBytes)))
-	var tooLarge *http.MaxBytesError
+	var (
+		tooLarge *http.MaxBytesError
+		coded    *codedError
+	)
 	switch {
+	case errors.As(err, &coded):
+		return nil, coded // the body timed out (timedBody)
 	case errors.As(err, &tooLarge):
 		return nil, &codedError{code: http.StatusRequestEntityTooLarge,
 			msg: fmt.Sprintf("Request body larger than job_max_bytes = %d", l.MaxBytes)}
