@@ -59,6 +59,52 @@ func procRSS(pid int) (int64, error) {
 	return 0, fmt.Errorf("pid %d: no VmRSS (a zombie?)", pid)
 }
 
+// procMem is what /proc/<pid>/status says of a process's memory: its
+// resident set, split into anonymous memory (heap, stacks) and file-backed
+// pages (the binary's code and data, faulted in as paths first run), and
+// its OS threads.
+type procMem struct {
+	RSS, Anon, File int64
+	Threads         int
+}
+
+// readProcMem reads a process's procMem.
+func readProcMem(pid int) (procMem, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return procMem{}, err
+	}
+	var m procMem
+	for _, line := range strings.Split(string(b), "\n") {
+		k, v, ok := strings.Cut(line, ":")
+		if !ok {
+			continue
+		}
+		f := strings.Fields(v)
+		if len(f) == 0 {
+			continue
+		}
+		n, err := strconv.ParseInt(f[0], 10, 64)
+		if err != nil {
+			continue
+		}
+		switch k {
+		case "VmRSS":
+			m.RSS = n << 10
+		case "RssAnon":
+			m.Anon = n << 10
+		case "RssFile":
+			m.File = n << 10
+		case "Threads":
+			m.Threads = int(n)
+		}
+	}
+	if m.RSS == 0 {
+		return m, fmt.Errorf("pid %d: no VmRSS (a zombie?)", pid)
+	}
+	return m, nil
+}
+
 // RSS returns the agent's resident set size in bytes.
 func (a *Agent) RSS() (int64, error) {
 	pid := a.PID()

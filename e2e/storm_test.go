@@ -357,10 +357,12 @@ type serverFigures struct {
 	rss        int64
 	heap       int64
 	gcRuns     int64
+	mem        procMem
 }
 
 func (f serverFigures) String() string {
-	return fmt.Sprintf("%d goroutines, RSS %s, heap %s after %d GCs", f.goroutines, mib(f.rss), mib(f.heap), f.gcRuns)
+	return fmt.Sprintf("%d goroutines, RSS %s (anon %s, file %s, %d threads), heap %s after %d GCs",
+		f.goroutines, mib(f.rss), mib(f.mem.Anon), mib(f.mem.File), f.mem.Threads, mib(f.heap), f.gcRuns)
 }
 
 // runtimeGauges reads the agent's runtime gauges from /v1/metrics.
@@ -423,11 +425,15 @@ func serverFiguresOf(a *Agent) (serverFigures, error) {
 	if err != nil {
 		return serverFigures{}, err
 	}
-	rss, err := a.RSS()
+	pid := a.PID()
+	if pid == 0 {
+		return serverFigures{}, fmt.Errorf("%s is not running", a.Name)
+	}
+	mem, err := readProcMem(pid)
 	if err != nil {
 		return serverFigures{}, err
 	}
-	f := serverFigures{goroutines: rt.Goroutines, rss: rss}
+	f := serverFigures{goroutines: rt.Goroutines, rss: mem.RSS, mem: mem}
 	if g, err := runtimeGauges(a.HTTPAddr()); err == nil {
 		f.heap, f.gcRuns = int64(g["alloc_bytes"]), int64(g["total_gc_runs"])
 	}
