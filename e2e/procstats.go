@@ -5,6 +5,7 @@ package e2e
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -307,4 +308,52 @@ func (a *Agent) logLinesSince(offset int64, subs ...string) []string {
 		}
 	}
 	return out
+}
+
+// clockTicks is the kernel's USER_HZ, the unit of /proc/<pid>/stat's CPU
+// times (100 on every Linux this runs on).
+const clockTicks = 100
+
+// procCPU returns the CPU time (user + system) a process has used.
+func procCPU(pid int) (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// Fields after the command name, which is in parentheses and may hold
+	// spaces: state is field 3, utime 14 and stime 15.
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("pid %d: bad stat %q", pid, s)
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 13 {
+		return 0, fmt.Errorf("pid %d: short stat %q", pid, s)
+	}
+	ut, err1 := strconv.ParseInt(f[11], 10, 64)
+	st, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return 0, fmt.Errorf("pid %d: stat times: %w", pid, err)
+	}
+	return time.Duration(ut+st) * time.Second / clockTicks, nil
+}
+
+// selfCPU returns the CPU time this test process has used.
+func selfCPU() time.Duration {
+	d, _ := procCPU(os.Getpid())
+	return d
+}
+
+// agentsCPU returns the CPU time the running agents have used between
+// them.
+func agentsCPU(agents []*Agent) time.Duration {
+	var sum time.Duration
+	for _, a := range agents {
+		if pid := a.PID(); pid != 0 {
+			d, _ := procCPU(pid)
+			sum += d
+		}
+	}
+	return sum
 }

@@ -136,8 +136,15 @@ func TestStorm(t *testing.T) {
 	}
 
 	var windows []window
+	// CPU used, by the test process (the claim loop and the storm's
+	// generator) and by the agents, per kind of window: the generator
+	// shares the machine with what it attacks, so how much of it the
+	// generator took is part of reading the p99s.
+	cpuSelf := map[bool]time.Duration{}
+	cpuAgents := map[bool]time.Duration{}
 	for i := 0; i < 2*stormWindows; i++ {
 		w := window{stormy: i%2 == 1, start: time.Now()}
+		self0, agents0 := selfCPU(), agentsCPU(agents)
 		if w.stormy {
 			ctx, cancel := context.WithTimeout(context.Background(), stormWindow)
 			st.run(ctx)
@@ -147,6 +154,8 @@ func TestStorm(t *testing.T) {
 		}
 		w.end = time.Now()
 		windows = append(windows, w)
+		cpuSelf[w.stormy] += selfCPU() - self0
+		cpuAgents[w.stormy] += agentsCPU(agents) - agents0
 		var rss []string
 		for _, a := range cc.Servers {
 			if f, err := serverFiguresOf(a); err == nil {
@@ -159,6 +168,11 @@ func TestStorm(t *testing.T) {
 	}
 	loop.stop()
 	t.Logf("storm traffic (warm-up included): %s", st.summary())
+	span := time.Duration(stormWindows) * stormWindow
+	for _, stormy := range []bool{false, true} {
+		t.Logf("CPU in %s windows: test process (claim loop and generator) %.2f cores, agents %.2f cores",
+			window{stormy: stormy}.kind(), cpuSelf[stormy].Seconds()/span.Seconds(), cpuAgents[stormy].Seconds()/span.Seconds())
+	}
 
 	// 0 crashes.
 	for _, d := range deaths.list() {
