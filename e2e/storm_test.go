@@ -168,6 +168,9 @@ func TestStorm(t *testing.T) {
 	}
 	loop.stop()
 	t.Logf("storm traffic (warm-up included): %s", st.summary())
+	for _, e := range st.errors() {
+		t.Logf("  first %s", e)
+	}
 	span := time.Duration(stormWindows) * stormWindow
 	for _, stormy := range []bool{false, true} {
 		t.Logf("CPU in %s windows: test process (claim loop and generator) %.2f cores, agents %.2f cores",
@@ -513,6 +516,30 @@ type storm struct {
 
 	mu     sync.Mutex
 	counts map[string]int
+	// firstErr is the first error of each outcome that is not a refusal.
+	firstErr map[string]string
+}
+
+// countErr counts an outcome and keeps its first error.
+func (s *storm) countErr(what string, err error) {
+	s.count(what)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.firstErr[what]; !ok && err != nil {
+		s.firstErr[what] = err.Error()
+	}
+}
+
+// errors returns the first error of each outcome that had one.
+func (s *storm) errors() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	for k, v := range s.firstErr {
+		out = append(out, k+": "+v)
+	}
+	sort.Strings(out)
+	return out
 }
 
 func newStorm(cc *csiCluster) *storm {
@@ -521,6 +548,7 @@ func newStorm(cc *csiCluster) *storm {
 		groupsRPC:  emptyGroupsRegisterFrame("storm-groups", 4<<20-64),
 		nested:     nestedParseBody(100_000),
 		counts:     map[string]int{},
+		firstErr:   map[string]string{},
 	}
 	for _, a := range cc.Servers {
 		s.rpcAddrs = append(s.rpcAddrs, a.RPCAddr())
@@ -599,10 +627,10 @@ func (s *storm) gens() []stormGen {
 		case err == nil:
 			s.count(kind)
 		case errors.As(err, &oe) && oe.Op == "dial":
-			s.count(kind + "-refused")
+			s.countErr(kind+"-refused", err)
 			sleep(ctx, stormRefusedGap)
 		default:
-			s.count(kind + "-held")
+			s.countErr(kind+"-held", err)
 		}
 	}
 	// refused counts an answer to a big bad input: a 4xx is a refusal,
@@ -616,7 +644,7 @@ func (s *storm) gens() []stormGen {
 		case err != nil && isClosedErr(err) && !(errors.As(err, &oe) && oe.Op == "dial"):
 			s.count(kind + "-closed")
 		case err != nil:
-			s.count(kind + "-failed")
+			s.countErr(kind+"-failed", err)
 			sleep(ctx, stormRefusedGap)
 		case ans.Status/100 == 4:
 			s.count(kind)
@@ -650,7 +678,7 @@ func (s *storm) gens() []stormGen {
 			defer cancel()
 			// An index far ahead: the query waits its full time.
 			if err := blockingQueryUntil(qctx, src, "http://"+pick(s.httpAddrs), 1<<40); err != nil && ctx.Err() == nil {
-				s.count("blocking-error")
+				s.countErr("blocking-error", err)
 				sleep(ctx, stormRefusedGap)
 				return
 			}
@@ -672,7 +700,7 @@ func (s *storm) gens() []stormGen {
 			case ctx.Err() != nil:
 				s.count("groups-rpc-cut")
 			case err != nil:
-				s.count("groups-rpc-failed")
+				s.countErr("groups-rpc-failed", err)
 				sleep(ctx, stormRefusedGap)
 			case ans.Closed || ans.Error != "":
 				s.count("groups-rpc")
