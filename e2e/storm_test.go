@@ -622,7 +622,7 @@ func (s *storm) gens() []stormGen {
 	outcome := func(ctx context.Context, kind string, err error) {
 		var oe *net.OpError
 		switch {
-		case ctx.Err() != nil:
+		case ctx.Err() != nil || windowOver(ctx):
 			s.count(kind + "-cut")
 		case err == nil:
 			s.count(kind)
@@ -716,6 +716,13 @@ func (s *storm) gens() []stormGen {
 			sleep(ctx, 3*stormBigGap)
 		}},
 	}
+}
+
+// windowOver reports whether ctx's deadline has passed: a read cut by it
+// may return a moment before ctx itself reports the end.
+func windowOver(ctx context.Context) bool {
+	d, ok := ctx.Deadline()
+	return ok && !time.Now().Before(d)
 }
 
 // run sends the storm until ctx ends, and returns once every generator
