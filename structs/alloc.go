@@ -145,15 +145,18 @@ func (a *Allocation) ClientTerminalStatus() bool {
 }
 
 // TasksGone reports whether the client has reported the allocation
-// terminal with none of its tasks still running. A failed task makes the
+// terminal with every task it reported dead. A failed task makes the
 // allocation failed at once, while its sibling tasks may still be inside
-// their kill timeout; they count until the client reports them dead.
+// their kill timeout, or still starting: a task reported pending may have
+// its process launched already. They count until the client reports them
+// dead, which it does for every task once the allocation is over, its
+// setup having failed included.
 func (a *Allocation) TasksGone() bool {
 	if !a.ClientTerminalStatus() {
 		return false
 	}
 	for _, ts := range a.TaskStates {
-		if ts != nil && ts.State == TaskStateRunning {
+		if ts != nil && ts.State != TaskStateDead {
 			return false
 		}
 	}

@@ -55,8 +55,8 @@ var CSIClaimStates = []CSIClaimState{
 
 // CSIClaimReleasable says whether a claim of alloc on node may be
 // released: the allocation's tasks are known to be gone. That is so when
-// the client reported the allocation terminal with no task still running,
-// when the allocation is gone from state, or when the node is down or gone
+// the client reported the allocation terminal with every task dead, when
+// the allocation is gone from state, or when the node is down or gone
 // (its claims are then fenced by the controller detach). An allocation the
 // servers asked to stop is not enough: its tasks may still be inside their
 // kill timeout, writing. Every decision that a claim is free uses this

@@ -208,7 +208,7 @@ type Input struct {
 
 // Releasable says whether a claim of alloc on node may be released: the
 // allocation's tasks are known to be gone. That is so when the client has
-// reported the allocation terminal with no task still running, when the
+// reported the allocation terminal with every task dead, when the
 // allocation is gone from state, or when the node is down or gone (its
 // claims are then fenced by the controller detach). An allocation the
 // servers asked to stop is not enough: its tasks may still be inside their
@@ -224,9 +224,9 @@ func Releasable(alloc *structs.Allocation, node *structs.Node) bool {
 func WhyHeld(alloc *structs.Allocation) string {
 	if alloc.ClientTerminalStatus() {
 		for _, name := range slices.Sorted(maps.Keys(alloc.TaskStates)) {
-			if ts := alloc.TaskStates[name]; ts != nil && ts.State == structs.TaskStateRunning {
-				return fmt.Sprintf("allocation %s is %s but its task %q still runs on node %s",
-					alloc.ID, alloc.ClientStatus, name, alloc.NodeID)
+			if ts := alloc.TaskStates[name]; ts != nil && ts.State != structs.TaskStateDead {
+				return fmt.Sprintf("allocation %s is %s but its task %q is still %s on node %s",
+					alloc.ID, alloc.ClientStatus, name, ts.State, alloc.NodeID)
 			}
 		}
 	}

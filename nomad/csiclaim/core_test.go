@@ -436,7 +436,7 @@ func TestReleasable(t *testing.T) {
 		{"lost", lost, up, true},
 		{"failed, a sibling task still running", siblingRuns, up, false},
 		{"failed, a sibling task still running, node down", siblingRuns, down, true},
-		{"failed before its task started", neverStarted, up, true},
+		{"failed, a task still pending (it may be starting)", neverStarted, up, false},
 		{"failed, every task dead", allDead, up, true},
 		{"allocation gone", nil, up, true},
 		{"node down", stopping, down, true},
