@@ -738,7 +738,7 @@ func (s *storm) run(ctx context.Context) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				for ctx.Err() == nil {
+				for ctx.Err() == nil && !windowOver(ctx) {
 					g.send(ctx, a)
 				}
 			}()
