@@ -2,6 +2,7 @@ package nomad
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"math"
 	"net/rpc"
@@ -9,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-memdb"
 	"github.com/hashicorp/go-msgpack/v2/codec"
 	"github.com/shoenig/test/must"
 
@@ -189,19 +191,20 @@ func TestScheduler_RefusesJobOverLimits(t *testing.T) {
 }
 
 // waitEvalTerminal waits until the evaluation is complete, failed or
-// canceled.
+// canceled, woken by the state store when the evaluation changes.
 func waitEvalTerminal(t *testing.T, s *Server, id string) *structs.Evaluation {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
 	for {
-		e, err := s.State().EvalByID(nil, id)
+		ws := memdb.NewWatchSet()
+		e, err := s.State().EvalByID(ws, id)
 		must.NoError(t, err)
 		if e != nil && e.TerminalStatus() {
 			return e
 		}
-		if time.Now().After(deadline) {
+		if err := ws.WatchCtx(ctx); err != nil {
 			t.Fatalf("evaluation %s not terminal: %+v", id, e)
 		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }
