@@ -176,15 +176,11 @@ func (s *Server) settleStaleClaims(ctx context.Context, vol *structs.CSIVolume, 
 		if allocID == except {
 			continue
 		}
-		alloc, err := store.AllocByID(nil, allocID)
+		held, err := claimHeld(store, allocID, other)
 		if err != nil {
 			return nil, busy, err
 		}
-		node, err := store.NodeByID(nil, other.NodeID)
-		if err != nil {
-			return nil, busy, err
-		}
-		if !csiclaim.Releasable(alloc, node) {
+		if held != "" {
 			continue
 		}
 		k := claimKey{vol.ID, allocID}
