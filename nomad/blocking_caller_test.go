@@ -81,12 +81,14 @@ func TestBlocking_EndsWhenConnectionCloses(t *testing.T) {
 
 func TestBlocking_ForwardingEndsWithCaller(t *testing.T) {
 	servers := testClusterWith(t, 3, withLongHeartbeats)
-	waitForLeaderDuties(t, servers...)
+	leader := waitForLeaderDuties(t, servers...)
 	follower := followers(servers)[0]
 
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	const n = maxQueryConns
+	// Far more than the leader's per-address connection cap: they share
+	// the follower's one connection to the leader.
+	const n = 300
 	errs := make(chan error, n)
 	for range n {
 		wg.Go(func() {
@@ -94,11 +96,13 @@ func TestBlocking_ForwardingEndsWithCaller(t *testing.T) {
 			errs <- follower.RPCContext(ctx, "Node.List", neverQuery(), &reply)
 		})
 	}
-	// Forwarded: the leader holds them, each on a connection of its own.
+	// Forwarded: the leader holds them, each named for cancelling.
 	waitForBlockedQueries(t, n)
+	must.Eq(t, n, leader.queryCancels.len())
 	cancel()
-	// The leader lets go of them too.
+	// The leader lets go of every one, though their connection stays open.
 	waitForBlockedQueries(t, 0)
+	must.Eq(t, 0, leader.queryCancels.len())
 	done := make(chan struct{})
 	go func() { wg.Wait(); close(done) }()
 	select {

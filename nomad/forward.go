@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/google/uuid"
 	memdb "github.com/hashicorp/go-memdb"
 	metrics "github.com/hashicorp/go-metrics"
 	"github.com/hashicorp/raft"
@@ -101,11 +102,18 @@ func (s *Server) forwardTo(caller context.Context, addr, method string, info str
 	ctx, cancel := context.WithTimeout(s.shutdownCtx, structs.RPCCallTimeout(info))
 	defer cancel()
 	defer context.AfterFunc(caller, cancel)()
-	var err error
+	// A blocking query whose caller may leave is named, so that it can be
+	// ended on the leader without closing the connection it shares.
+	cancelID := ""
 	if q, ok := info.(interface{ TimeToBlock() time.Duration }); ok && q.TimeToBlock() > 0 && caller.Done() != nil {
-		err = s.connPool.QueryRPC(ctx, addr, method, args, reply)
-	} else {
-		err = s.connPool.RPC(ctx, addr, method, args, reply)
+		if qc, ok := args.(queryCanceller); ok {
+			cancelID = uuid.NewString()
+			qc.SetQueryCancelID(cancelID)
+		}
+	}
+	err := s.connPool.RPC(ctx, addr, method, args, reply)
+	if cancelID != "" && caller.Err() != nil {
+		s.cancelForwarded(addr, cancelID)
 	}
 	if err != nil && s.shutdownCtx.Err() != nil {
 		return fmt.Errorf("%w: while forwarding %s", structs.ErrShutdown, method)
@@ -116,6 +124,24 @@ func (s *Server) forwardTo(caller context.Context, addr, method string, info str
 		return fmt.Errorf("%w: %w", structs.ErrNoLeader, err)
 	}
 	return err
+}
+
+// forwardCancelTimeout bounds a Status.CancelQuery sent for a forwarded
+// query whose caller left. Should it fail, the query still ends with its
+// own wait, or its connection.
+const forwardCancelTimeout = 2 * time.Second
+
+// cancelForwarded ends the query named id that this server forwarded to
+// addr, whose caller has left.
+func (s *Server) cancelForwarded(addr, id string) {
+	ctx, cancel := context.WithTimeout(s.shutdownCtx, forwardCancelTimeout)
+	defer cancel()
+	var reply structs.QueryCancelResponse
+	err := s.connPool.RPC(ctx, addr, "Status.CancelQuery", &structs.QueryCancelRequest{CancelID: id}, &reply)
+	if err != nil {
+		s.logger.Debug("could not end a forwarded blocking query whose caller left; it ends with its wait",
+			"server", addr, "error", err)
+	}
 }
 
 // leaderChanged returns a channel closed at the next observed leader change.

@@ -17,24 +17,15 @@ import (
 // calls by sequence number, so concurrent calls share one connection.
 type connPool struct {
 	dialTimeout time.Duration
-	// queryConns holds a token per blocking query forwarded on a
-	// connection of its own (see QueryRPC).
-	queryConns chan struct{}
 
 	mu       sync.Mutex
 	clients  map[string]*rpc.Client
 	shutdown bool
 }
 
-// maxQueryConns bounds the forwarded blocking queries that wait on
-// connections of their own, well under the leader's per-address cap
-// (Config.RPCMaxConnsPerClient, 100 by default); more share the pool.
-const maxQueryConns = 16
-
 func newConnPool(dialTimeout time.Duration) *connPool {
 	return &connPool{
 		dialTimeout: dialTimeout,
-		queryConns:  make(chan struct{}, maxQueryConns),
 		clients:     make(map[string]*rpc.Client),
 	}
 }
@@ -127,43 +118,6 @@ func (p *connPool) RPC(ctx context.Context, addr, method string, args, reply any
 		}
 		// The connection failed: forget it. Whether the call ran is unknown.
 		p.drop(addr, c)
-		return fmt.Errorf("%w: rpc %s to %s: %v", errConnLost, method, addr, err)
-	}
-	return nil
-}
-
-// QueryRPC is RPC for a blocking query whose caller may go away. While
-// fewer than maxQueryConns are out, the query waits on a connection of its
-// own, closed when the call ends: the leader ends a query whose connection
-// closed, so an abandoned query does not hold it for the rest of its wait.
-// Calls sharing a pooled connection cannot be cancelled one by one.
-func (p *connPool) QueryRPC(ctx context.Context, addr, method string, args, reply any) error {
-	select {
-	case p.queryConns <- struct{}{}:
-		defer func() { <-p.queryConns }()
-	default:
-		return p.RPC(ctx, addr, method, args, reply)
-	}
-	p.mu.Lock()
-	shutdown := p.shutdown
-	p.mu.Unlock()
-	if shutdown {
-		return structs.ErrShutdown
-	}
-	c, err := p.dial(addr)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	err = structs.CallContext(ctx, c, method, args, reply)
-	if ctxErr := ctx.Err(); ctxErr != nil && errors.Is(err, ctxErr) {
-		return err
-	}
-	if err != nil {
-		var serverErr rpc.ServerError
-		if errors.As(err, &serverErr) {
-			return structs.FromRPCError(err)
-		}
 		return fmt.Errorf("%w: rpc %s to %s: %v", errConnLost, method, addr, err)
 	}
 	return nil

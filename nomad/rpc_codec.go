@@ -103,6 +103,14 @@ type serverCodec struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 
+	// queries, when set, tracks the requests a forwarder named for
+	// cancelling (see queryCancels); releases holds, per request sequence
+	// number, what stops tracking one once its reply is written.
+	queries  *queryCancels
+	seq      uint64
+	relMu    sync.Mutex
+	releases map[uint64]func()
+
 	writeMu   sync.Mutex
 	closeOnce sync.Once
 }
@@ -141,6 +149,7 @@ func (c *serverCodec) ReadRequestHeader(r *rpc.Request) error {
 		c.endReading(err)
 		return err
 	}
+	c.seq = r.Seq
 	return nil
 }
 
@@ -211,7 +220,7 @@ func (c *serverCodec) ReadRequestBody(body any) error {
 		return err
 	}
 	if cs, ok := body.(contextSetter); ok {
-		cs.SetContext(c.ctx)
+		cs.SetContext(c.requestContext(body))
 	}
 	if c.session != nil {
 		if ss, ok := body.(sessionSetter); ok {
@@ -219,6 +228,37 @@ func (c *serverCodec) ReadRequestBody(body any) error {
 		}
 	}
 	return nil
+}
+
+// requestContext is the context a request's wait ends with: the
+// connection's, and, for a query its forwarder named, a Status.CancelQuery.
+func (c *serverCodec) requestContext(body any) context.Context {
+	qc, ok := body.(queryCanceller)
+	if c.queries == nil || !ok || qc.QueryCancelID() == "" {
+		return c.ctx
+	}
+	ctx, release := c.queries.track(c.ctx, qc.QueryCancelID())
+	c.relMu.Lock()
+	defer c.relMu.Unlock()
+	if c.releases == nil {
+		c.releases = make(map[uint64]func())
+	}
+	if old := c.releases[c.seq]; old != nil {
+		old() // a reused sequence number: the earlier request is done with
+	}
+	c.releases[c.seq] = release
+	return ctx
+}
+
+// release stops tracking the request with sequence number seq.
+func (c *serverCodec) release(seq uint64) {
+	c.relMu.Lock()
+	rel := c.releases[seq]
+	delete(c.releases, seq)
+	c.relMu.Unlock()
+	if rel != nil {
+		rel()
+	}
 }
 
 // contextSetter is a request that can carry its caller's context
@@ -230,6 +270,7 @@ type contextSetter interface{ SetContext(context.Context) }
 type sessionSetter interface{ SetSession(any) }
 
 func (c *serverCodec) WriteResponse(r *rpc.Response, body any) error {
+	c.release(r.Seq)
 	c.writeMu.Lock()
 	defer c.writeMu.Unlock()
 	if err := c.enc.Encode(r); err != nil {
@@ -245,6 +286,13 @@ func (c *serverCodec) Close() error {
 	var err error
 	c.closeOnce.Do(func() {
 		c.cancel()
+		c.relMu.Lock()
+		releases := c.releases
+		c.releases = nil
+		c.relMu.Unlock()
+		for _, rel := range releases {
+			rel()
+		}
 		err = c.conn.Close()
 	})
 	return err

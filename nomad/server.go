@@ -46,6 +46,9 @@ type Server struct {
 	raftNetLog *ratelog.Logger
 	rpcServer  *structs.RPCServer
 	connPool   *connPool
+	// queryCancels holds the blocking queries other servers forwarded here,
+	// so that each can be ended when its caller leaves.
+	queryCancels *queryCancels
 
 	fsm           *FSM
 	raft          *raft.Raft
@@ -138,6 +141,7 @@ func NewServer(config *Config) (*Server, error) {
 		raftNetLog:     ratelog.New(config.Logger.Named("raft-net"), ratelog.DefaultWindow),
 		rpcServer:      structs.NewRPCServer(),
 		connPool:       newConnPool(config.RPCHoldTimeout),
+		queryCancels:   newQueryCancels(maxTrackedQueries),
 		leaderChangeCh: make(chan struct{}),
 		shutdownCtx:    ctx,
 		shutdownCancel: cancel,
@@ -389,6 +393,7 @@ func (s *Server) handleConn(conn net.Conn, session *yamux.Session) {
 		codec := newServerCodec(conn, s.config.RPCMaxFrameBytes)
 		codec.maxContainers = s.config.RPCMaxFrameContainers
 		codec.frameTimeout = s.config.RPCFrameTimeout
+		codec.queries = s.queryCancels
 		if inSession {
 			codec.session = session
 		}

@@ -84,3 +84,11 @@ func (st *Status) Join(args *structs.ServerJoinRequest, reply *structs.ServerJoi
 	}
 	return nil
 }
+
+// CancelQuery ends a blocking query that this server is answering for
+// another server, once that server's caller has left (see queryCancels).
+// It is answered here, never forwarded: the query waits on this server.
+func (st *Status) CancelQuery(args *structs.QueryCancelRequest, reply *structs.QueryCancelResponse) error {
+	reply.Cancelled = st.srv.queryCancels.cancel(args.CancelID)
+	return nil
+}

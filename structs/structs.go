@@ -124,6 +124,10 @@ type QueryOptions struct {
 	Prefix string
 	// AuthToken is the caller's secret (a node's SecretID for client RPCs).
 	AuthToken string
+	// CancelID, set by a server that forwards a blocking query, names the
+	// query so that the forwarder can end it with Status.CancelQuery when
+	// its own caller leaves (see QueryCancelRequest).
+	CancelID string `codec:",omitempty"`
 
 	// session is the client session the request arrived on, set by the
 	// receiving server only; unexported, so never encoded.
