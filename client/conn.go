@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/yamux"
 	"github.com/roamhq/roam/structs"
@@ -22,17 +23,9 @@ type serverConn struct {
 	conn    net.Conn
 	session *yamux.Session
 	rpc     *rpc.Client
-	// queryStreams holds a token per blocking query waiting on a stream
-	// of its own (see call).
-	queryStreams chan struct{}
 
 	closeOnce sync.Once
 }
-
-// maxQueryStreams bounds the blocking queries that wait on streams of
-// their own; more share the client's stream. The server allows a session
-// 256 streams at once.
-const maxQueryStreams = 64
 
 func dialServer(addr string, timeout time.Duration, logger hclog.Logger) (*serverConn, error) {
 	conn, err := net.DialTimeout("tcp", addr, timeout)
@@ -66,11 +59,10 @@ func dialServer(addr string, timeout time.Duration, logger hclog.Logger) (*serve
 		return nil, err
 	}
 	return &serverConn{
-		addr:         addr,
-		conn:         conn,
-		session:      session,
-		rpc:          rpc.NewClientWithCodec(structs.NewClientCodec(stream)),
-		queryStreams: make(chan struct{}, maxQueryStreams),
+		addr:    addr,
+		conn:    conn,
+		session: session,
+		rpc:     rpc.NewClientWithCodec(structs.NewClientCodec(stream)),
 	}, nil
 }
 
@@ -88,31 +80,22 @@ var errConnLost = errors.New("connection to server lost")
 // handler's error comes back mapped to its sentinel; a caller that went
 // away gets its context's error.
 //
-// A blocking query for a caller that may go away waits on a stream of its
-// own, closed when the call ends: the server ends the query when its
-// stream closes, so an abandoned query does not hold the server for the
-// rest of its wait. Calls on the shared stream cannot be cancelled one by
-// one.
+// Every call shares the client's stream. A blocking query for a caller
+// that may go away is named (QueryOptions.CancelID), and when the caller
+// goes the server is told to end it (Status.CancelQuery), so an abandoned
+// query does not hold the server for the rest of its wait.
 func (s *serverConn) call(caller context.Context, method string, args, reply any, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(caller, timeout)
 	defer cancel()
-	var err error
-	if q, release, ok := s.queryStream(caller, args); ok {
-		err = structs.CallContext(ctx, q, method, args, reply)
-		release()
-		var serverErr rpc.ServerError
-		if err != nil && ctx.Err() == nil && !errors.As(err, &serverErr) && !s.session.IsClosed() {
-			// The stream failed but the session did not (the server
-			// refused one more stream): a read is safe to send again.
-			err = structs.CallContext(ctx, s.rpc, method, args, reply)
-		}
-	} else {
-		err = structs.CallContext(ctx, s.rpc, method, args, reply)
-	}
+	cancelID := nameQuery(caller, args)
+	err := structs.CallContext(ctx, s.rpc, method, args, reply)
 	if err == nil {
 		return nil
 	}
 	if caller.Err() != nil && errors.Is(err, caller.Err()) {
+		if cancelID != "" {
+			s.cancelQuery(cancelID)
+		}
 		return fmt.Errorf("%s: caller gone: %w", method, err)
 	}
 	if errors.Is(err, context.DeadlineExceeded) && ctx.Err() != nil {
@@ -125,35 +108,29 @@ func (s *serverConn) call(caller context.Context, method string, args, reply any
 	return fmt.Errorf("%w: %s to %s: %v", errConnLost, method, s.addr, err)
 }
 
-// queryStream opens a stream of its own for a blocking query whose caller
-// may go away, when fewer than maxQueryStreams are open. release closes
-// it.
-func (s *serverConn) queryStream(caller context.Context, args any) (c *rpc.Client, release func(), ok bool) {
+// nameQuery gives a blocking query whose caller may go away a CancelID,
+// and returns it ("" for any other call).
+func nameQuery(caller context.Context, args any) string {
 	q, isQuery := args.(interface{ TimeToBlock() time.Duration })
-	if !isQuery || q.TimeToBlock() <= 0 || caller.Done() == nil {
-		return nil, nil, false
+	n, canName := args.(interface{ SetQueryCancelID(string) })
+	if !isQuery || !canName || q.TimeToBlock() <= 0 || caller.Done() == nil {
+		return ""
 	}
-	select {
-	case s.queryStreams <- struct{}{}:
-	default:
-		return nil, nil, false
-	}
-	stream, err := s.session.Open()
-	if err == nil {
-		_, err = stream.Write([]byte{structs.RPCNomad})
-		if err != nil {
-			stream.Close()
-		}
-	}
-	if err != nil {
-		<-s.queryStreams
-		return nil, nil, false
-	}
-	c = rpc.NewClientWithCodec(structs.NewClientCodec(stream))
-	return c, func() {
-		c.Close()
-		<-s.queryStreams
-	}, true
+	id := uuid.NewString()
+	n.SetQueryCancelID(id)
+	return id
+}
+
+// queryCancelTimeout bounds telling a server to end a query whose caller
+// left; should it fail, the query ends with its own wait.
+const queryCancelTimeout = 2 * time.Second
+
+// cancelQuery tells the server to end the blocking query named id.
+func (s *serverConn) cancelQuery(id string) {
+	ctx, cancel := context.WithTimeout(context.Background(), queryCancelTimeout)
+	defer cancel()
+	var reply structs.QueryCancelResponse
+	_ = structs.CallContext(ctx, s.rpc, "Status.CancelQuery", &structs.QueryCancelRequest{CancelID: id}, &reply)
 }
 
 type yamuxLogger struct{ l hclog.Logger }

@@ -493,9 +493,8 @@ func (s *Server) serveSession(conn net.Conn) {
 }
 
 // maxSessionStreams bounds the RPC streams a client may have open at once
-// on its session. A client uses one for its calls and one per blocking
-// query it waits on (at most client.maxQueryStreams); the rest of this
-// margin is for the streams still closing.
+// on its session. A client uses one for all its calls; the servers open
+// one per call they make to the client.
 const maxSessionStreams = 256
 
 // RPC serves an in-process call, with the same forwarding and checks as

@@ -270,15 +270,18 @@ func TestHTTP_ClientAgentBlockingQueriesEndWithTheirCallers(t *testing.T) {
 		c.DevMode = false
 		c.Server.Enabled = false
 		c.Client.Servers = []string{srv.Server().Addr()}
+		c.Limits = DefaultLimits()
+		c.Limits.HTTPMaxConnsPerClient = 1000
 	})
 	waitForNodeReady(t, srv, cl.Client().NodeID())
 	var nodes []*structs.NodeListStub
 	get(t, cl, "/v1/nodes", &nodes)
 	baseBlocked, baseline := blockedQueries(), runtime.NumGoroutine()
 
-	// Through the client's session, each query on a stream of its own
-	// (the client opens up to 64 such streams).
-	const n = 50
+	// Through the client's session: all share its one call stream, far
+	// more than the session's stream cap, and each is ended on the server
+	// by name when its caller leaves.
+	const n = 300
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	callers := startBlockingQueries(t, ctx, cl, n)
