@@ -208,9 +208,13 @@ func (t *Configurator) incoming(auth tls.ClientAuthType) *tls.Config {
 func (t *Configurator) OutgoingRPCConfig() *tls.Config {
 	cert, pool := t.material()
 	c := &tls.Config{
-		MinVersion:   tls.VersionTLS12,
-		Certificates: []tls.Certificate{*cert},
-		RootCAs:      pool,
+		MinVersion: tls.VersionTLS12,
+		// Always present the certificate, even one the server's CA list
+		// does not match: the server then says why it refuses it.
+		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+			return cert, nil
+		},
+		RootCAs: pool,
 	}
 	if t.config.VerifyServerHostname {
 		c.ServerName = ServerName(t.config.Region)
