@@ -219,8 +219,8 @@ func TestTLS_OtherCAServerCertRefused(t *testing.T) {
 	rogue := &tls.Config{
 		// Present it whatever CAs the server asks for.
 		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return &otherPair, nil },
-		RootCAs:      certs.Configurator(t, certs.Server, false).OutgoingRPCConfig().RootCAs,
-		ServerName:   tlsutil.ServerName(certs.Region),
+		RootCAs:              certs.Configurator(t, certs.Server, false).OutgoingRPCConfig().RootCAs,
+		ServerName:           tlsutil.ServerName(certs.Region),
 	}
 	conn, err := dialTLS(t, srv, rogue, structs.RPCRaft)
 	if err == nil {
