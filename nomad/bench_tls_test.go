@@ -108,4 +108,3 @@ func handoffGap(tb testing.TB, servers []*Server) time.Duration {
 		}
 	}
 }
-
