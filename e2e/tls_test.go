@@ -3,9 +3,12 @@
 package e2e
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -159,4 +162,64 @@ func TestTLS_CoreCases(t *testing.T) {
 		must.NoError(t, err)
 		t.Logf("controller calls of %s: %v", name, calls)
 	}
+}
+
+// dialTLSSerial opens a TLS connection to a server's RPC port as a client
+// holding the certificate in dir, and returns the serial number of the
+// certificate the server presented.
+func dialTLSSerial(t *testing.T, a *Agent, dir string) string {
+	t.Helper()
+	pemCA, err := os.ReadFile(filepath.Join(dir, "roam-agent-ca.pem"))
+	must.NoError(t, err)
+	pool := x509.NewCertPool()
+	must.True(t, pool.AppendCertsFromPEM(pemCA))
+	pair, err := tls.LoadX509KeyPair(filepath.Join(dir, "global-client-roam.pem"), filepath.Join(dir, "global-client-roam-key.pem"))
+	must.NoError(t, err)
+	raw, err := net.DialTimeout("tcp", a.RPCAddr(), 5*time.Second)
+	must.NoError(t, err)
+	defer raw.Close()
+	_, err = raw.Write([]byte{0x04}) // TLS
+	must.NoError(t, err)
+	conn := tls.Client(raw, &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{pair}, ServerName: "server.global.roam"})
+	must.NoError(t, conn.SetDeadline(time.Now().Add(5*time.Second)))
+	must.NoError(t, conn.Handshake())
+	return conn.ConnectionState().PeerCertificates[0].SerialNumber.String()
+}
+
+// TestTLS_SighupReloadsCertificate replaces a running server's certificate
+// files with a new certificate from the same CA and sends SIGHUP: new
+// connections get the new certificate, and the cluster goes on working.
+func TestTLS_SighupReloadsCertificate(t *testing.T) {
+	dir := makeTLSCerts(t)
+	c := StartCluster(t, Opts{Servers: 1, Clients: 1,
+		ServerConfigExtra: tlsBlock(dir, "server"), ClientConfigExtra: tlsBlock(dir, "client")})
+	first := dialTLSSerial(t, c.Servers[0], dir)
+
+	fresh := t.TempDir()
+	cmd := exec.Command(roamBinary(t), "tls", "cert", "create", "-server",
+		"-ca", filepath.Join(dir, "roam-agent-ca.pem"), "-key", filepath.Join(dir, "roam-agent-ca-key.pem"))
+	cmd.Dir = fresh
+	out, err := cmd.CombinedOutput()
+	must.NoError(t, err, must.Sprint(string(out)))
+	for _, f := range []string{"global-server-roam.pem", "global-server-roam-key.pem"} {
+		b, err := os.ReadFile(filepath.Join(fresh, f))
+		must.NoError(t, err)
+		must.NoError(t, os.WriteFile(filepath.Join(dir, f), b, 0o600))
+	}
+	// Until the signal, the old certificate is served.
+	must.EqOp(t, first, dialTLSSerial(t, c.Servers[0], dir))
+
+	must.NoError(t, c.Servers[0].Signal(syscall.SIGHUP))
+	WaitFor(t, 10*time.Second, func() error {
+		if !strings.Contains(c.Servers[0].Log(), "tls certificates reloaded") {
+			return fmt.Errorf("%s did not log the reload", c.Servers[0].Name)
+		}
+		return nil
+	})
+	must.NotEq(t, first, dialTLSSerial(t, c.Servers[0], dir))
+	must.True(t, c.Servers[0].Running(), must.Sprint("SIGHUP stopped the server"))
+	nodes, err := Nodes(c.ServerHTTP(0), false)
+	must.NoError(t, err)
+	must.Len(t, 1, nodes)
+	must.EqOp(t, "ready", nodes[0].Status)
 }

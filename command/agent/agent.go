@@ -83,6 +83,9 @@ func NewAgent(config *Config, logOutput io.Writer) (a *Agent, err error) {
 	if a.tls, err = tlsutil.NewConfigurator(config.tlsConfig()); err != nil {
 		return nil, fmt.Errorf("agent: %w", err)
 	}
+	if a.tls.RPC() && !a.tls.VerifyServerHostname() {
+		logger.Warn("tls.verify_server_hostname is off: any certificate the CA signed may speak raft, join and call server-only rpcs; turn it on")
+	}
 
 	// Bind HTTP first: its address goes into the node's registration.
 	httpLn, err := net.Listen("tcp", config.httpAddr())
