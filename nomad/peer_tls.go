@@ -117,7 +117,29 @@ func (s *Server) upgradeTLS(conn net.Conn) (tconn net.Conn, peer connPeer, ok bo
 		return nil, connPeer{}, false
 	}
 	role, _ := peerRoleFromTLS(tc)
+	if !certNamesRegion(tc, role, s.config.Region) {
+		// A server or client of another region (the same CA may sign
+		// several) has no role in this one.
+		role = peerUnknown
+	}
 	return tc, connPeer{role: role, tls: true}, true
+}
+
+// certNamesRegion reports whether the peer's certificate on tc names role
+// in region (<role>.<region>.roam). An unknown role names no region and
+// passes: it is refused wherever a role is needed anyway.
+func certNamesRegion(tc *tls.Conn, role peerRole, region string) bool {
+	certs := tc.ConnectionState().PeerCertificates
+	if role == peerUnknown || len(certs) == 0 {
+		return true
+	}
+	want := role.String() + "." + region + ".roam"
+	for _, name := range certs[0].DNSNames {
+		if name == want {
+			return true
+		}
+	}
+	return false
 }
 
 // requireTLSFirst refuses a connection whose first byte is not the TLS

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/rpc"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -347,4 +348,36 @@ func copyFile(t *testing.T, from, to string) {
 	buf, err := os.ReadFile(from)
 	must.NoError(t, err)
 	must.NoError(t, os.WriteFile(to, buf, 0o600))
+}
+
+// A server certificate for another region, signed by the same CA, is no
+// server here.
+func TestTLS_OtherRegionServerCertCannotSpeakRaft(t *testing.T) {
+	certs := tlstest.Write(t, structs.DefaultRegion)
+	srv, logs := tlsServer(t, certs)
+	before := raftStateOf(t, srv)
+
+	caPEM, err := os.ReadFile(certs.CA)
+	must.NoError(t, err)
+	keyPEM, err := os.ReadFile(certs.CAKey)
+	must.NoError(t, err)
+	certPEM, certKey, err := tlsutil.GenerateCert(caPEM, keyPEM, tlsutil.CertOptions{Role: tlsutil.RoleServer, Region: "east"})
+	must.NoError(t, err)
+	east := tlstest.Pair{Cert: filepath.Join(t.TempDir(), "east.pem"), Key: filepath.Join(t.TempDir(), "east-key.pem")}
+	must.NoError(t, os.WriteFile(east.Cert, certPEM, 0o600))
+	must.NoError(t, os.WriteFile(east.Key, certKey, 0o600))
+
+	conn, err := dialTLS(t, srv, outgoing(t, certs, east), structs.RPCRaft)
+	must.NoError(t, err)
+	_, err = conn.Write(raftBytes(t, 0, &raft.AppendEntriesRequest{
+		RPCHeader: raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte("x"), Addr: []byte("127.0.0.1:1")},
+		Term:      before.term + 100,
+		Leader:    []byte("127.0.0.1:1"),
+	}))
+	must.NoError(t, err)
+	_ = conn.SetReadDeadline(time.Now().Add(closeWait))
+	n, _ := conn.Read(make([]byte, 64))
+	must.Eq(t, before, raftStateOf(t, srv), must.Sprint("raft state changed"))
+	must.Zero(t, n, must.Sprint("raft answered another region's server certificate"))
+	must.StrContains(t, logs.String(), "raft refused: the peer's certificate is not a server certificate")
 }

@@ -19,8 +19,9 @@ type Pair struct{ Cert, Key string }
 type Files struct {
 	Dir    string
 	Region string
-	// CA signs Server, Client and CLI.
+	// CA signs Server, Client and CLI; CAKey is its key.
 	CA     string
+	CAKey  string
 	Server Pair
 	Client Pair
 	CLI    Pair
@@ -51,6 +52,7 @@ func Write(t testing.TB, region string) *Files {
 		t.Fatalf("tlstest: %v", err)
 	}
 	f.CA = write("ca.pem", ca)
+	f.CAKey = write("ca-key.pem", caKey)
 	other, otherKey, err := tlsutil.GenerateCA(tlsutil.CAOptions{CommonName: "Someone Else's CA"})
 	if err != nil {
 		t.Fatalf("tlstest: %v", err)
