@@ -20,8 +20,9 @@ import (
 //	a client session (yamux)                 server or client
 //	a server-only RPC (serverOnlyMethods)    server
 //
-// Without verify_server_hostname any certificate the CA signed is
-// accepted everywhere, as Nomad does.
+// A role counts only in this server's region. Without
+// verify_server_hostname any certificate the CA signed is accepted
+// everywhere, as Nomad does.
 
 // peerRole is what a peer's certificate says it is.
 type peerRole int
