@@ -33,7 +33,7 @@ const (
 	// tlsBenchTurns is the turns each cluster gets per iteration.
 	tlsBenchTurns = 6
 	// tlsBenchHandoffs is the handoffs measured on each cluster.
-	tlsBenchHandoffs = 8
+	tlsBenchHandoffs = 20
 )
 
 func BenchmarkTLS_ClaimAndHandoff(b *testing.B) {
