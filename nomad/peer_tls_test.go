@@ -381,3 +381,49 @@ func TestTLS_OtherRegionServerCertCannotSpeakRaft(t *testing.T) {
 	must.Zero(t, n, must.Sprint("raft answered another region's server certificate"))
 	must.StrContains(t, logs.String(), "raft refused: the peer's certificate is not a server certificate")
 }
+
+// The per-address cap and the frame timeout hold inside TLS as they do
+// without it.
+func TestTLS_ConnLimitsHold(t *testing.T) {
+	const limit = 3
+	certs := tlstest.Write(t, structs.DefaultRegion)
+	srv := testServer(t, func(c *Config) {
+		withLongHeartbeats(c)
+		c.RPCMaxConnsPerClient = limit
+		c.RPCFrameTimeout = 300 * time.Millisecond
+		c.TLS = certs.Configurator(t, certs.Server, false)
+	})
+	waitForLeaderDuties(t, srv)
+	cfg := outgoing(t, certs, certs.Server)
+
+	t.Run("frame timeout", func(t *testing.T) {
+		idle, err := dialTLS(t, srv, cfg, structs.RPCNomad)
+		must.NoError(t, err)
+		idleRPC := rpcClientOn(t, idle)
+		requireCallsWork(t, idleRPC)
+		stalled, err := dialTLS(t, srv, cfg, structs.RPCNomad)
+		must.NoError(t, err)
+		header := msgpackBytes(t, &rpc.Request{ServiceMethod: "Node.List", Seq: 1})
+		_, err = stalled.Write(header[:3])
+		must.NoError(t, err)
+		requireConnClosed(t, stalled)
+		requireCallsWork(t, idleRPC)
+		_ = idle.Close()
+	})
+	t.Run("per-address cap", func(t *testing.T) {
+		must.Wait(t, wait.InitialSuccess(wait.BoolFunc(func() bool {
+			return srv.connLimiter.Open("127.0.0.1") == 0
+		}), wait.Timeout(5*time.Second), wait.Gap(10*time.Millisecond)))
+		for range limit {
+			conn, err := dialTLS(t, srv, cfg, structs.RPCNomad)
+			must.NoError(t, err)
+			requireCallsWork(t, rpcClientOn(t, conn))
+		}
+		// One more is closed before its handshake.
+		raw, err := net.DialTimeout("tcp", srv.Addr(), closeWait)
+		must.NoError(t, err)
+		_, err = tlsutil.WrapClient(raw, structs.RPCTLS, cfg, closeWait)
+		must.Error(t, err)
+		must.EqOp(t, limit, srv.connLimiter.Open("127.0.0.1"))
+	})
+}
