@@ -5,6 +5,8 @@ package api
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -22,9 +24,36 @@ const DefaultAddress = "http://127.0.0.1:4646"
 // AddressEnv names the environment variable that overrides DefaultAddress.
 const AddressEnv = "ROAM_ADDR"
 
+// Environment variables DefaultConfig reads for TLS, as the CLI flags
+// -ca-cert, -client-cert, -client-key and -tls-server-name.
+const (
+	CACertEnv        = "ROAM_CACERT"
+	ClientCertEnv    = "ROAM_CLIENT_CERT"
+	ClientKeyEnv     = "ROAM_CLIENT_KEY"
+	TLSServerNameEnv = "ROAM_TLS_SERVER_NAME"
+)
+
+// TLSConfig is how a Client speaks HTTPS to an agent.
+type TLSConfig struct {
+	// CACert is the PEM file of the CA that signed the agent's
+	// certificate; empty means the system's roots.
+	CACert string
+	// ClientCert and ClientKey are the PEM files of the certificate to
+	// present, for an agent with verify_https_client.
+	ClientCert string
+	ClientKey  string
+	// TLSServerName is the name the agent's certificate must carry, when
+	// it is not the host in Address (server.global.roam, say).
+	TLSServerName string
+}
+
+func (t TLSConfig) empty() bool { return t == TLSConfig{} }
+
 // Config configures a Client. DefaultConfig works as is against a local
 // agent.
 type Config struct {
+	// TLSConfig is used for an https Address when HTTPClient is nil.
+	TLSConfig TLSConfig
 	// Address is the agent's HTTP address, such as http://127.0.0.1:4646;
 	// a bare host:port means http.
 	Address string
@@ -44,7 +73,40 @@ func DefaultConfig() *Config {
 	if addr := os.Getenv(AddressEnv); addr != "" {
 		c.Address = addr
 	}
+	c.TLSConfig = TLSConfig{
+		CACert:        os.Getenv(CACertEnv),
+		ClientCert:    os.Getenv(ClientCertEnv),
+		ClientKey:     os.Getenv(ClientKeyEnv),
+		TLSServerName: os.Getenv(TLSServerNameEnv),
+	}
 	return c
+}
+
+// tlsClientConfig builds the *tls.Config t describes.
+func (t TLSConfig) tlsClientConfig() (*tls.Config, error) {
+	c := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: t.TLSServerName}
+	if t.CACert != "" {
+		pem, err := os.ReadFile(t.CACert)
+		if err != nil {
+			return nil, fmt.Errorf("api: read ca cert: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("api: ca cert %s holds no PEM certificate", t.CACert)
+		}
+		c.RootCAs = pool
+	}
+	switch {
+	case t.ClientCert != "" && t.ClientKey != "":
+		pair, err := tls.LoadX509KeyPair(t.ClientCert, t.ClientKey)
+		if err != nil {
+			return nil, fmt.Errorf("api: load client cert: %w", err)
+		}
+		c.Certificates = []tls.Certificate{pair}
+	case t.ClientCert != "" || t.ClientKey != "":
+		return nil, fmt.Errorf("api: a client cert needs its key, and a key its cert")
+	}
+	return c, nil
 }
 
 // Client talks to one agent.
@@ -63,6 +125,9 @@ func NewClient(config *Config) (*Client, error) {
 		c.Region = config.Region
 		c.HTTPClient = config.HTTPClient
 		c.WaitTime = config.WaitTime
+		if !config.TLSConfig.empty() {
+			c.TLSConfig = config.TLSConfig
+		}
 	}
 	addr := c.Address
 	if !strings.Contains(addr, "://") {
@@ -79,7 +144,15 @@ func NewClient(config *Config) (*Client, error) {
 		return nil, fmt.Errorf("api: invalid address %q: missing host", c.Address)
 	}
 	if c.HTTPClient == nil {
-		c.HTTPClient = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		if u.Scheme == "https" {
+			tc, err := c.TLSConfig.tlsClientConfig()
+			if err != nil {
+				return nil, err
+			}
+			tr.TLSClientConfig = tc
+		}
+		c.HTTPClient = &http.Client{Transport: tr}
 	}
 	return &Client{config: c, baseURL: u}, nil
 }

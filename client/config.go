@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/roamhq/roam/internal/tlsutil"
 	"github.com/roamhq/roam/structs"
 )
 
@@ -33,6 +34,9 @@ type Config struct {
 	MaxRetryBackoff time.Duration
 	// DialTimeout bounds one connection attempt.
 	DialTimeout time.Duration
+	// TLS, when it wraps RPC, makes the client dial servers with TLS and
+	// present its certificate. Nil means plain TCP.
+	TLS *tlsutil.Configurator
 
 	// ExecutorPath is the binary the raw_exec driver runs as
 	// `<path> executor <spec>` to supervise a task; empty means this

@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/yamux"
+	"github.com/roamhq/roam/internal/tlsutil"
 	"github.com/roamhq/roam/structs"
 )
 
@@ -27,7 +28,7 @@ type serverConn struct {
 	closeOnce sync.Once
 }
 
-func dialServer(addr string, timeout time.Duration, logger hclog.Logger) (*serverConn, error) {
+func dialServer(addr string, timeout time.Duration, tlsConf *tlsutil.Configurator, logger hclog.Logger) (*serverConn, error) {
 	conn, err := net.DialTimeout("tcp", addr, timeout)
 	if err != nil {
 		return nil, err
@@ -35,6 +36,12 @@ func dialServer(addr string, timeout time.Duration, logger hclog.Logger) (*serve
 	if tcp, ok := conn.(*net.TCPConn); ok {
 		_ = tcp.SetKeepAlive(true)
 		_ = tcp.SetKeepAlivePeriod(10 * time.Second)
+	}
+	if tlsConf.RPC() {
+		conn, err = tlsutil.WrapClient(conn, structs.RPCTLS, tlsConf.OutgoingRPCConfig(), timeout)
+		if err != nil {
+			return nil, err
+		}
 	}
 	if _, err := conn.Write([]byte{structs.RPCMultiplex}); err != nil {
 		conn.Close()

@@ -118,15 +118,29 @@ func runAgent(args []string, out, errOut io.Writer) int {
 		fmt.Fprintf(errOut, "roam agent: %v\n", err)
 		return 1
 	}
-	fmt.Fprintf(out, "==> Roam agent started. HTTP API: http://%s\n", a.HTTPAddr())
+	fmt.Fprintf(out, "==> Roam agent started. HTTP API: %s://%s\n", a.HTTPScheme(), a.HTTPAddr())
 	if dev {
-		fmt.Fprintf(out, "==> Dev mode: try `curl http://%s/v1/status/leader` or `roam node status`\n", a.HTTPAddr())
+		fmt.Fprintf(out, "==> Dev mode: try `curl %s://%s/v1/status/leader` or `roam node status`\n", a.HTTPScheme(), a.HTTPAddr())
 	}
 
-	// The first signal shuts down cleanly; a second one exits at once.
+	// SIGHUP reloads the TLS certificates. The first SIGINT or SIGTERM
+	// shuts down cleanly; a second one exits at once.
+	hupCh := make(chan os.Signal, 1)
+	signal.Notify(hupCh, syscall.SIGHUP)
 	sigCh := make(chan os.Signal, 2)
 	signal.Notify(sigCh, syscall.SIGINT, syscall.SIGTERM)
-	sig := <-sigCh
+	var sig os.Signal
+	for sig == nil {
+		select {
+		case <-hupCh:
+			if err := a.ReloadTLS(); err != nil {
+				fmt.Fprintf(errOut, "roam agent: reload: %v\n", err)
+			} else {
+				fmt.Fprintln(out, "==> Caught SIGHUP, reloaded TLS certificates")
+			}
+		case sig = <-sigCh:
+		}
+	}
 	fmt.Fprintf(out, "==> Caught %s, shutting down (send again to exit at once)\n", sig)
 	done := make(chan error, 1)
 	go func() { done <- a.Shutdown(context.Background()) }()

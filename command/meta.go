@@ -16,6 +16,7 @@ type apiFlags struct {
 	address string
 	region  string
 	json    bool
+	tls     api.TLSConfig
 }
 
 // newAPIFlagSet returns a flag set for the command name with the common
@@ -33,12 +34,21 @@ func newAPIFlagSet(name, usage string, errOut io.Writer) (*flag.FlagSet, *apiFla
 		"HTTP address of the agent (or set "+api.AddressEnv+")")
 	fs.StringVar(&f.region, "region", "", "region to send the request to")
 	fs.BoolVar(&f.json, "json", false, "print the raw JSON of the result")
+	env := api.DefaultConfig().TLSConfig
+	fs.StringVar(&f.tls.CACert, "ca-cert", env.CACert,
+		"PEM file of the CA that signed the agent's certificate (or set "+api.CACertEnv+")")
+	fs.StringVar(&f.tls.ClientCert, "client-cert", env.ClientCert,
+		"PEM file of the certificate to present to the agent (or set "+api.ClientCertEnv+")")
+	fs.StringVar(&f.tls.ClientKey, "client-key", env.ClientKey,
+		"PEM file of the client certificate's key (or set "+api.ClientKeyEnv+")")
+	fs.StringVar(&f.tls.TLSServerName, "tls-server-name", env.TLSServerName,
+		"name the agent's certificate must carry, if not the address's host (or set "+api.TLSServerNameEnv+")")
 	return fs, f
 }
 
 // client returns an API client for the flags.
 func (f *apiFlags) client() (*api.Client, error) {
-	return api.NewClient(&api.Config{Address: f.address, Region: f.region})
+	return api.NewClient(&api.Config{Address: f.address, Region: f.region, TLSConfig: f.tls})
 }
 
 // parseArgs parses args with flags allowed before, between and after the

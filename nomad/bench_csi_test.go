@@ -40,6 +40,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/roamhq/roam/client"
+	"github.com/roamhq/roam/internal/tlsutil/tlstest"
 	"github.com/roamhq/roam/plugins/csi/hostpath"
 	"github.com/roamhq/roam/structs"
 )
@@ -55,6 +56,7 @@ const (
 
 // claimBench is a benchmark cluster with P plugins ready to publish.
 type claimBench struct {
+	servers   []*Server
 	leader    *Server
 	nodeB     *structs.Node
 	stateDirs map[string]string // plugin ID to state dir
@@ -91,8 +93,20 @@ func benchStartPlugin(tb testing.TB, stateDir, nodeID string, mode hostpath.Mode
 // per worker.
 func newClaimBench(tb testing.TB, plugins int, latency time.Duration) *claimBench {
 	tb.Helper()
-	_, leader := benchCluster(tb, 3)
-	cb := &claimBench{leader: leader, stateDirs: map[string]string{}}
+	return newClaimBenchTLS(tb, plugins, latency, nil)
+}
+
+// newClaimBenchTLS is newClaimBench with mutual TLS on every RPC port
+// when certs is set: the servers use its server certificate, the client
+// its client certificate.
+func newClaimBenchTLS(tb testing.TB, plugins int, latency time.Duration, certs *tlstest.Files) *claimBench {
+	tb.Helper()
+	var withTLS func(*Config)
+	if certs != nil {
+		withTLS = func(c *Config) { c.TLS = certs.Configurator(tb, certs.Server, false) }
+	}
+	servers, leader := benchClusterWith(tb, 3, withTLS)
+	cb := &claimBench{servers: servers, leader: leader, stateDirs: map[string]string{}}
 
 	controllers := map[string]csi.ControllerClient{}
 	pluginCfgs := map[string]*client.CSIPluginConfig{}
@@ -120,6 +134,9 @@ func newClaimBench(tb testing.TB, plugins int, latency time.Duration) *claimBenc
 	cfg.MinRetryBackoff = 10 * time.Millisecond
 	cfg.MaxRetryBackoff = 200 * time.Millisecond
 	cfg.CSIPlugins = pluginCfgs
+	if certs != nil {
+		cfg.TLS = certs.Configurator(tb, certs.Client, false)
+	}
 	c, err := client.NewClient(cfg)
 	must.NoError(tb, err)
 	tb.Cleanup(func() { _ = c.Shutdown(context.Background()) })

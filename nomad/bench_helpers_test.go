@@ -28,6 +28,13 @@ import (
 // runs with the production timers.
 func benchCluster(tb testing.TB, n int) ([]*Server, *Server) {
 	tb.Helper()
+	return benchClusterWith(tb, n, nil)
+}
+
+// benchClusterWith is benchCluster with fn applied to every server's
+// config last.
+func benchClusterWith(tb testing.TB, n int, fn func(*Config)) ([]*Server, *Server) {
+	tb.Helper()
 	listeners := make([]net.Listener, n)
 	addrs := make([]string, n)
 	for i := range listeners {
@@ -60,6 +67,9 @@ func benchCluster(tb testing.TB, n int) ([]*Server, *Server) {
 				Level:  hclog.Error,
 				Output: hclog.DefaultOutput,
 			})
+		}
+		if fn != nil {
+			fn(c)
 		}
 		s, err := NewServer(c)
 		must.NoError(tb, err)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
+	"github.com/roamhq/roam/internal/tlsutil"
 	"github.com/roamhq/roam/structs"
 )
 
@@ -115,6 +116,11 @@ type Config struct {
 	// forwarding pools and a client's one session use a few each. Zero
 	// means no bound.
 	RPCMaxConnsPerClient int
+
+	// TLS, when it wraps RPC, makes the RPC port take TLS connections
+	// only, and makes this server dial other servers with TLS. Nil means
+	// plain TCP.
+	TLS *tlsutil.Configurator
 
 	Logger hclog.Logger
 

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/roamhq/roam/internal/tlsutil"
 	"github.com/roamhq/roam/structs"
 )
 
@@ -17,15 +18,18 @@ import (
 // calls by sequence number, so concurrent calls share one connection.
 type connPool struct {
 	dialTimeout time.Duration
+	// tls, when it wraps RPC, is used for every connection.
+	tls *tlsutil.Configurator
 
 	mu       sync.Mutex
 	clients  map[string]*rpc.Client
 	shutdown bool
 }
 
-func newConnPool(dialTimeout time.Duration) *connPool {
+func newConnPool(dialTimeout time.Duration, tlsConf *tlsutil.Configurator) *connPool {
 	return &connPool{
 		dialTimeout: dialTimeout,
+		tls:         tlsConf,
 		clients:     make(map[string]*rpc.Client),
 	}
 }
@@ -79,6 +83,12 @@ func (p *connPool) dial(addr string) (*rpc.Client, error) {
 	if tcp, ok := conn.(*net.TCPConn); ok {
 		_ = tcp.SetKeepAlive(true)
 		_ = tcp.SetKeepAlivePeriod(10 * time.Second)
+	}
+	if p.tls.RPC() {
+		conn, err = tlsutil.WrapClient(conn, structs.RPCTLS, p.tls.OutgoingRPCConfig(), p.dialTimeout)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %s: %w", errDial, addr, err)
+		}
 	}
 	if _, err := conn.Write([]byte{structs.RPCNomad}); err != nil {
 		conn.Close()

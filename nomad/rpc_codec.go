@@ -14,6 +14,7 @@ import (
 
 	"github.com/hashicorp/go-msgpack/v2/codec"
 	"github.com/hashicorp/raft"
+	"github.com/roamhq/roam/internal/tlsutil"
 	"github.com/roamhq/roam/structs"
 )
 
@@ -97,6 +98,11 @@ type serverCodec struct {
 	frameTimeout time.Duration
 	// readErr is the error that ended the reading, for the listener's log.
 	readErr error
+	// guard, when set, is asked about each request's method; a method it
+	// refuses is answered with its error and never called.
+	guard func(method string) error
+	// refusal is guard's answer for the request being read.
+	refusal error
 
 	// ctx ends when the connection can take no more requests: its reader
 	// failed or it was closed.
@@ -150,6 +156,9 @@ func (c *serverCodec) ReadRequestHeader(r *rpc.Request) error {
 		return err
 	}
 	c.seq = r.Seq
+	if c.guard != nil {
+		c.refusal = c.guard(r.ServiceMethod)
+	}
 	return nil
 }
 
@@ -202,6 +211,17 @@ func (c *serverCodec) frameTimedOut() bool {
 }
 
 func (c *serverCodec) ReadRequestBody(body any) error {
+	if refusal := c.refusal; refusal != nil {
+		// Read past the body, unlooked at, and answer with the refusal:
+		// the RPC server replies with a body read error and goes on.
+		c.refusal = nil
+		var discard any
+		if err := c.decode(&discard); err != nil {
+			c.failed = true
+			return err
+		}
+		return refusal
+	}
 	if body == nil {
 		// net/rpc discards the body of an unknown method with a nil target;
 		// decode into a throwaway value to stay on the frame boundary.
@@ -302,14 +322,16 @@ func (c *serverCodec) Close() error {
 // connections are handed over by the RPC listener, outgoing ones announce
 // themselves with RPCRaft.
 type raftLayer struct {
-	addr    net.Addr
+	addr net.Addr
+	// tls, when it wraps RPC, is used for every outgoing connection.
+	tls     *tlsutil.Configurator
 	connCh  chan net.Conn
 	closeCh chan struct{}
 	once    sync.Once
 }
 
-func newRaftLayer(addr net.Addr) *raftLayer {
-	return &raftLayer{addr: addr, connCh: make(chan net.Conn), closeCh: make(chan struct{})}
+func newRaftLayer(addr net.Addr, tlsConf *tlsutil.Configurator) *raftLayer {
+	return &raftLayer{addr: addr, tls: tlsConf, connCh: make(chan net.Conn), closeCh: make(chan struct{})}
 }
 
 // handoff passes an accepted Raft connection to Raft, or closes it if the
@@ -342,6 +364,12 @@ func (l *raftLayer) Dial(address raft.ServerAddress, timeout time.Duration) (net
 	conn, err := net.DialTimeout("tcp", string(address), timeout)
 	if err != nil {
 		return nil, err
+	}
+	if l.tls.RPC() {
+		conn, err = tlsutil.WrapClient(conn, structs.RPCTLS, l.tls.OutgoingRPCConfig(), timeout)
+		if err != nil {
+			return nil, err
+		}
 	}
 	if _, err := conn.Write([]byte{structs.RPCRaft}); err != nil {
 		conn.Close()

@@ -70,7 +70,7 @@ func serveFuzzConn(t testing.TB, s *Server, in []byte) *fuzzConn {
 	returned := make(chan struct{})
 	go func() {
 		defer close(returned)
-		s.handleConn(conn, nil)
+		s.handleConn(conn, nil, connPeer{})
 	}()
 	deadline := time.NewTimer(fuzzConnWait)
 	defer deadline.Stop()
@@ -122,7 +122,7 @@ func fuzzServer(f testing.TB) *Server {
 	must.NoError(f, err)
 	must.NoError(f, s.Shutdown(context.Background()))
 
-	s.raftLayer = newRaftLayer(advertiseAddr(s.advertise))
+	s.raftLayer = newRaftLayer(advertiseAddr(s.advertise), nil)
 	trans := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 		Stream:  s.raftLayer,
 		MaxPool: 1,

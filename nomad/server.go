@@ -140,7 +140,7 @@ func NewServer(config *Config) (*Server, error) {
 		connLog:        ratelog.New(logger, ratelog.DefaultWindow),
 		raftNetLog:     ratelog.New(config.Logger.Named("raft-net"), ratelog.DefaultWindow),
 		rpcServer:      structs.NewRPCServer(),
-		connPool:       newConnPool(config.RPCHoldTimeout),
+		connPool:       newConnPool(config.RPCHoldTimeout, config.TLS),
 		queryCancels:   newQueryCancels(maxTrackedQueries),
 		leaderChangeCh: make(chan struct{}),
 		shutdownCtx:    ctx,
@@ -241,7 +241,7 @@ func (s *Server) setupRaft() error {
 	s.raftNotifyCh = make(chan bool, 10)
 	rc.NotifyCh = s.raftNotifyCh
 
-	s.raftLayer = newRaftLayer(advertiseAddr(s.advertise))
+	s.raftLayer = newRaftLayer(advertiseAddr(s.advertise), s.config.TLS)
 	s.raftTransport = newRaftTransport(raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 		Stream:  s.raftLayer,
 		MaxPool: 3,
@@ -351,7 +351,7 @@ func (s *Server) acceptLoop() {
 			conn.Close()
 			return
 		}
-		go s.handleConn(conn, nil)
+		go s.handleConn(conn, nil, connPeer{})
 	}
 }
 
@@ -374,7 +374,7 @@ func (s *Server) trackConn(c net.Conn, add bool) bool {
 // handleConn reads the protocol byte and serves the connection. Inside a
 // yamux session (session non-nil) only RPC streams are allowed, and their
 // requests learn the session they came on.
-func (s *Server) handleConn(conn net.Conn, session *yamux.Session) {
+func (s *Server) handleConn(conn net.Conn, session *yamux.Session, peer connPeer) {
 	inSession := session != nil
 	var b [1]byte
 	_ = conn.SetReadDeadline(time.Now().Add(s.config.RPCHandshakeTimeout))
@@ -387,15 +387,22 @@ func (s *Server) handleConn(conn net.Conn, session *yamux.Session) {
 		return
 	}
 	_ = conn.SetReadDeadline(time.Time{})
+	if !s.requireTLSFirst(conn, b[0], peer, inSession) {
+		return
+	}
 
 	switch {
 	case b[0] == structs.RPCNomad:
+		if !inSession && !s.requireServerPeer(conn, peer, "rpc outside a client session") {
+			return
+		}
 		codec := newServerCodec(conn, s.config.RPCMaxFrameBytes)
 		codec.maxContainers = s.config.RPCMaxFrameContainers
 		codec.frameTimeout = s.config.RPCFrameTimeout
 		codec.queries = s.queryCancels
 		if inSession {
 			codec.session = session
+			codec.guard = s.methodGuard(peer)
 		}
 		s.rpcServer.ServeCodec(codec)
 		if codec.frameTimedOut() {
@@ -404,12 +411,23 @@ func (s *Server) handleConn(conn net.Conn, session *yamux.Session) {
 		}
 		s.trackConn(conn, false)
 	case b[0] == structs.RPCRaft && !inSession:
+		if !s.requireServerPeer(conn, peer, "raft") {
+			return
+		}
 		s.trackConn(conn, false) // Raft owns it from here
 		s.raftLayer.handoff(s.frameGuard(conn, &raftScanner{}, "raft"))
 	case b[0] == structs.RPCMultiplex && !inSession:
-		s.serveSession(conn)
+		if !s.requireSessionPeer(conn, peer) {
+			return
+		}
+		s.serveSession(conn, peer)
+	case b[0] == structs.RPCTLS && s.config.TLS.RPC() && !peer.tls && !inSession:
+		tconn, tpeer, ok := s.upgradeTLS(conn)
+		if ok {
+			s.handleConn(tconn, nil, tpeer)
+		}
 	case b[0] == structs.RPCTLS:
-		s.connRejected("tls_not_configured", "tls connection refused: tls is not configured",
+		s.connRejected("tls_not_configured", "tls connection refused: tls is not configured here, or already in use on this connection",
 			"remote", conn.RemoteAddr(), "in_session", inSession)
 		s.closeConn(conn)
 	default:
@@ -455,7 +473,7 @@ func (s *Server) closeConn(c net.Conn) {
 
 // serveSession serves a client's yamux session: each stream it opens is
 // one RPC connection.
-func (s *Server) serveSession(conn net.Conn) {
+func (s *Server) serveSession(conn net.Conn, peer connPeer) {
 	cfg := yamux.DefaultConfig()
 	cfg.LogOutput = nil
 	cfg.Logger = hclogYamux{s.logger.Named("yamux")}
@@ -487,7 +505,7 @@ func (s *Server) serveSession(conn net.Conn) {
 		}
 		go func() {
 			defer streams.Add(-1)
-			s.handleConn(stream, session)
+			s.handleConn(stream, session, peer)
 		}()
 	}
 }

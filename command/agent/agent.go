@@ -18,6 +18,7 @@ import (
 	metrics "github.com/hashicorp/go-metrics"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/roamhq/roam/client"
+	"github.com/roamhq/roam/internal/tlsutil"
 	"github.com/roamhq/roam/nomad"
 )
 
@@ -29,6 +30,9 @@ type Agent struct {
 	server *nomad.Server
 	client *client.Client
 	http   *HTTPServer
+	// tls is the loaded TLS material, nil when the tls block enables
+	// nothing; Reload reads it again.
+	tls *tlsutil.Configurator
 
 	metrics *metrics.InmemSink
 	// promRegistry gathers what the Prometheus sink records.
@@ -74,6 +78,13 @@ func NewAgent(config *Config, logOutput io.Writer) (a *Agent, err error) {
 		}
 		a.tempDir = dir
 		config.DataDir = dir
+	}
+
+	if a.tls, err = tlsutil.NewConfigurator(config.tlsConfig()); err != nil {
+		return nil, fmt.Errorf("agent: %w", err)
+	}
+	if a.tls.RPC() && !a.tls.VerifyServerHostname() {
+		logger.Warn("tls.verify_server_hostname is off: any certificate the CA signed may speak raft, join and call server-only rpcs; turn it on")
 	}
 
 	// Bind HTTP first: its address goes into the node's registration.
@@ -180,6 +191,7 @@ func (a *Agent) setupServer() error {
 	sc.RPCHandshakeTimeout = parseDurationOr(limits.RPCHandshakeTimeout, sc.RPCHandshakeTimeout)
 	sc.RPCFrameTimeout = parseDurationOr(limits.RPCFrameTimeout, sc.RPCFrameTimeout)
 	sc.Logger = a.logger.ResetNamed("")
+	sc.TLS = a.tls
 
 	ln, err := net.Listen("tcp", sc.RPCAddr)
 	if err != nil {
@@ -238,6 +250,7 @@ func (a *Agent) clientConfig(httpAdvertise string) (*client.Config, error) {
 		cc.CSIPlugins[p.ID] = &client.CSIPluginConfig{ID: p.ID, Type: p.Type, Socket: p.Socket}
 	}
 	cc.Logger = a.logger.ResetNamed("")
+	cc.TLS = a.tls
 	return cc, nil
 }
 
@@ -273,6 +286,29 @@ func (a *Agent) Config() *Config { return a.config }
 
 // HTTPAddr returns the address the HTTP API listens on.
 func (a *Agent) HTTPAddr() string { return a.http.Addr() }
+
+// HTTPScheme is https when the HTTP API serves TLS, else http.
+func (a *Agent) HTTPScheme() string {
+	if a.tls.HTTP() {
+		return "https"
+	}
+	return "http"
+}
+
+// ReloadTLS reads the TLS certificate, key and CA files again (on
+// SIGHUP). Connections made from then on use them; open ones keep what
+// they were made with. An agent without TLS has nothing to reload.
+func (a *Agent) ReloadTLS() error {
+	if a.tls == nil {
+		return nil
+	}
+	if err := a.tls.Reload(); err != nil {
+		a.logger.Error("tls reload failed; the certificates loaded before stay in use", "error", err)
+		return err
+	}
+	a.logger.Info("tls certificates reloaded", "cert_file", a.config.TLS.CertFile, "expires", a.tls.LeafExpiry())
+	return nil
+}
 
 // InmemMetrics returns the in-memory metrics sink behind /v1/metrics.
 func (a *Agent) InmemMetrics() *metrics.InmemSink { return a.metrics }

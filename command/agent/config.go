@@ -15,6 +15,7 @@ import (
 	"github.com/hashicorp/hcl/v2/hclsyntax"
 
 	"github.com/roamhq/roam/client"
+	"github.com/roamhq/roam/internal/tlsutil"
 	"github.com/roamhq/roam/nomad"
 )
 
@@ -36,6 +37,7 @@ type Config struct {
 	Server           *ServerConfig `hcl:"server,block"`
 	Client           *ClientConfig `hcl:"client,block"`
 	Limits           *Limits       `hcl:"limits,block"`
+	TLS              *TLSConfig    `hcl:"tls,block"`
 
 	// DevMode runs server and client in one process with in-memory Raft.
 	DevMode bool
@@ -51,6 +53,35 @@ type Ports struct {
 type Advertise struct {
 	HTTP string `hcl:"http,optional"`
 	RPC  string `hcl:"rpc,optional"`
+}
+
+// TLSConfig is the tls block, in the shape of Nomad's: http and rpc turn
+// TLS on for each port; the files are PEM.
+type TLSConfig struct {
+	HTTP                 bool   `hcl:"http,optional"`
+	RPC                  bool   `hcl:"rpc,optional"`
+	CAFile               string `hcl:"ca_file,optional"`
+	CertFile             string `hcl:"cert_file,optional"`
+	KeyFile              string `hcl:"key_file,optional"`
+	VerifyServerHostname bool   `hcl:"verify_server_hostname,optional"`
+	VerifyHTTPSClient    bool   `hcl:"verify_https_client,optional"`
+}
+
+// tlsConfig is the tls block as tlsutil takes it; zero when there is none.
+func (c *Config) tlsConfig() tlsutil.Config {
+	if c.TLS == nil {
+		return tlsutil.Config{}
+	}
+	return tlsutil.Config{
+		HTTP:                 c.TLS.HTTP,
+		RPC:                  c.TLS.RPC,
+		CAFile:               c.TLS.CAFile,
+		CertFile:             c.TLS.CertFile,
+		KeyFile:              c.TLS.KeyFile,
+		VerifyServerHostname: c.TLS.VerifyServerHostname,
+		VerifyHTTPSClient:    c.TLS.VerifyHTTPSClient,
+		Region:               c.Region,
+	}
 }
 
 // ServerConfig is the server block.
@@ -298,6 +329,20 @@ func (c *Config) Merge(o *Config) *Config {
 		}
 		r.Limits = base.merge(o.Limits)
 	}
+	if o.TLS != nil {
+		t := TLSConfig{}
+		if r.TLS != nil {
+			t = *r.TLS
+		}
+		t.HTTP = t.HTTP || o.TLS.HTTP
+		t.RPC = t.RPC || o.TLS.RPC
+		t.VerifyServerHostname = t.VerifyServerHostname || o.TLS.VerifyServerHostname
+		t.VerifyHTTPSClient = t.VerifyHTTPSClient || o.TLS.VerifyHTTPSClient
+		setStr(&t.CAFile, o.TLS.CAFile)
+		setStr(&t.CertFile, o.TLS.CertFile)
+		setStr(&t.KeyFile, o.TLS.KeyFile)
+		r.TLS = &t
+	}
 	if o.Client != nil {
 		cl := *r.Client
 		cl.Enabled = cl.Enabled || o.Client.Enabled
@@ -358,6 +403,11 @@ func (c *Config) Validate() error {
 	if c.Limits != nil {
 		if err := c.Limits.validate(); err != nil {
 			return err
+		}
+	}
+	if tc := c.tlsConfig(); tc.Enabled() {
+		if err := tc.Validate(); err != nil {
+			return fmt.Errorf("config: %w", err)
 		}
 	}
 	return c.validateNodeTimeouts()

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -101,7 +102,12 @@ func NewHTTPServer(a *Agent, ln net.Listener, logger hclog.Logger) *HTTPServer {
 		// and logs the cut.
 		ErrorLog: logger.StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true}),
 	}
-	limited := connlimit.Listen(ln, s.connLimiter, s.refuseOverCap)
+	var limited net.Listener = connlimit.Listen(ln, s.connLimiter, s.refuseOverCap)
+	if a.tls.HTTP() {
+		// The handshake is bounded by ReadHeaderTimeout, as the first
+		// request's header would be.
+		limited = tls.NewListener(limited, a.tls.IncomingHTTPSConfig())
+	}
 	go func() {
 		defer close(s.serveDone)
 		if err := s.srv.Serve(limited); err != nil && !errors.Is(err, http.ErrServerClosed) {

@@ -1,0 +1,119 @@
+package agent
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+
+	nomadapi "github.com/hashicorp/nomad/api"
+	"github.com/shoenig/test/must"
+
+	"github.com/roamhq/roam/api"
+	"github.com/roamhq/roam/internal/tlsutil/tlstest"
+)
+
+// newTLSAgent starts a dev agent with mutual TLS on both ports and
+// verify_server_hostname: its client dials its server over TLS, with the
+// server's certificate.
+func newTLSAgent(t *testing.T) (*Agent, *tlstest.Files) {
+	t.Helper()
+	certs := tlstest.Write(t, "global")
+	a := newTestAgent(t, func(c *Config) {
+		c.TLS = &TLSConfig{
+			HTTP: true, RPC: true,
+			CAFile: certs.CA, CertFile: certs.Server.Cert, KeyFile: certs.Server.Key,
+			VerifyServerHostname: true, VerifyHTTPSClient: true,
+		}
+	})
+	waitForLeader(t, a)
+	waitForNodeReady(t, a, a.Client().NodeID())
+	return a, certs
+}
+
+func TestTLS_NomadAPIClientWithCAAndClientCert(t *testing.T) {
+	t.Parallel()
+	a, certs := newTLSAgent(t)
+	must.EqOp(t, "https", a.HTTPScheme())
+
+	c, err := nomadapi.NewClient(&nomadapi.Config{
+		Address: "https://" + a.HTTPAddr(),
+		TLSConfig: &nomadapi.TLSConfig{
+			CACert: certs.CA, ClientCert: certs.CLI.Cert, ClientKey: certs.CLI.Key,
+		},
+	})
+	must.NoError(t, err)
+	leader, err := c.Status().Leader()
+	must.NoError(t, err)
+	must.EqOp(t, a.Server().Addr(), leader)
+	nodes, _, err := c.Nodes().List(nil)
+	must.NoError(t, err)
+	must.Len(t, 1, nodes)
+	must.EqOp(t, a.Client().NodeID(), nodes[0].ID)
+
+	// Without a client certificate the agent refuses (verify_https_client).
+	bare, err := nomadapi.NewClient(&nomadapi.Config{
+		Address:   "https://" + a.HTTPAddr(),
+		TLSConfig: &nomadapi.TLSConfig{CACert: certs.CA},
+	})
+	must.NoError(t, err)
+	_, err = bare.Status().Leader()
+	must.Error(t, err)
+	must.StrContains(t, err.Error(), "certificate required")
+
+	// Plain HTTP gets no answer from the API.
+	resp, err := http.Get("http://" + a.HTTPAddr() + "/v1/status/leader")
+	must.NoError(t, err)
+	resp.Body.Close()
+	must.EqOp(t, http.StatusBadRequest, resp.StatusCode)
+}
+
+func TestTLS_APIClientFromEnv(t *testing.T) {
+	a, certs := newTLSAgent(t)
+	t.Setenv(api.AddressEnv, "https://"+a.HTTPAddr())
+	t.Setenv(api.CACertEnv, certs.CA)
+	t.Setenv(api.ClientCertEnv, certs.CLI.Cert)
+	t.Setenv(api.ClientKeyEnv, certs.CLI.Key)
+	// The agent is dialed by IP; the name is the one every server
+	// certificate carries.
+	t.Setenv(api.TLSServerNameEnv, "server.global.roam")
+	c, err := api.NewClient(nil)
+	must.NoError(t, err)
+	leader, err := c.Status().Leader()
+	must.NoError(t, err)
+	must.EqOp(t, a.Server().Addr(), leader)
+
+	// A server name the certificate does not carry is refused.
+	t.Setenv(api.TLSServerNameEnv, "server.elsewhere.roam")
+	c, err = api.NewClient(nil)
+	must.NoError(t, err)
+	_, err = c.Status().Leader()
+	must.Error(t, err)
+	must.True(t, strings.Contains(err.Error(), "server.elsewhere.roam"), must.Sprint(err))
+}
+
+func TestTLS_ConfigNamesMissingFiles(t *testing.T) {
+	c := DevConfig()
+	c.TLS = &TLSConfig{RPC: true, CAFile: "ca.pem"}
+	err := c.Validate()
+	must.Error(t, err)
+	must.StrContains(t, err.Error(), "tls.cert_file, tls.key_file must be set")
+}
+
+func TestTLS_ParseBlock(t *testing.T) {
+	c, err := ParseConfig("tls.hcl", []byte(`
+tls {
+  http = true
+  rpc  = true
+  ca_file   = "ca.pem"
+  cert_file = "cert.pem"
+  key_file  = "key.pem"
+  verify_server_hostname = true
+  verify_https_client    = true
+}
+`))
+	must.NoError(t, err)
+	must.Eq(t, &TLSConfig{HTTP: true, RPC: true, CAFile: "ca.pem", CertFile: "cert.pem", KeyFile: "key.pem",
+		VerifyServerHostname: true, VerifyHTTPSClient: true}, c.TLS)
+	merged := DefaultConfig().Merge(c)
+	must.EqOp(t, "server.global.roam", "server."+merged.tlsConfig().Region+".roam")
+}
