@@ -92,6 +92,10 @@ type Config struct {
 	// RPCHoldTimeout is how long a request waits for a leader before
 	// failing with ErrNoLeader.
 	RPCHoldTimeout time.Duration
+	// SnapshotMaxBytes bounds a snapshot file the server saves or takes
+	// for restore; zero means DefaultSnapshotMaxBytes.
+	SnapshotMaxBytes int64
+
 	// RPCMaxFrameBytes bounds one RPC request (header plus body).
 	RPCMaxFrameBytes int
 	// RPCHandshakeTimeout bounds the wait for a new connection's first byte.

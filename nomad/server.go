@@ -98,6 +98,9 @@ type Server struct {
 
 	// nodeConns maps node IDs to the client sessions held by this server.
 	nodeConns *nodeConns
+
+	// snapshots holds snapshot files between the chunk RPCs that move them.
+	snapshots snapshotStaging
 }
 
 // NewServer starts a server: it binds the RPC port, opens Raft on the data

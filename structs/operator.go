@@ -90,3 +90,62 @@ type TransferLeadershipResponse struct {
 
 // StatusPingResponse is empty; a reply means the server is up.
 type StatusPingResponse struct{}
+
+// SnapshotSaveRequest asks the leader to take a snapshot of all state and
+// hold the file for SnapshotRead.
+type SnapshotSaveRequest struct {
+	WriteRequest
+}
+
+// SnapshotSaveResponse names the held file.
+type SnapshotSaveResponse struct {
+	ID    string
+	Size  int64
+	Index uint64
+	Term  uint64
+}
+
+// SnapshotChunkRequest reads the held file ID from Offset.
+type SnapshotChunkRequest struct {
+	ID     string
+	Offset int64
+	WriteRequest
+}
+
+// SnapshotChunkResponse is one piece of a held file; Done is set on the
+// last, after which the leader forgets the file.
+type SnapshotChunkResponse struct {
+	Data []byte
+	Done bool
+}
+
+// SnapshotUploadRequest sends one piece of a snapshot file to the leader,
+// at Offset of the upload ID (empty ID and Offset 0 start a new upload).
+type SnapshotUploadRequest struct {
+	ID     string
+	Offset int64
+	Data   []byte
+	WriteRequest
+}
+
+// SnapshotUploadResponse names the upload and how much of it arrived.
+type SnapshotUploadResponse struct {
+	ID       string
+	Received int64
+}
+
+// SnapshotRestoreRequest restores the uploaded file ID through Raft.
+type SnapshotRestoreRequest struct {
+	ID string
+	WriteRequest
+}
+
+// SnapshotRestoreResponse reports what was restored: the snapshot's own
+// index and term, the Raft index the restore was written at, and the
+// objects per table.
+type SnapshotRestoreResponse struct {
+	Index         uint64
+	Term          uint64
+	RestoredIndex uint64
+	Counts        map[string]int
+}
