@@ -129,33 +129,13 @@ func TestRecovery_SnapshotRestoreOnFreshServers(t *testing.T) {
 	must.StrContains(t, out, "csi_volumes")
 
 	// The worst day: every server's disk is lost.
-	for j := range cc.Clients {
-		must.EqOp(t, 0, cc.KillClient(j, syscall.SIGTERM))
-	}
-	for i := range cc.Servers {
-		cc.KillServer(i, syscall.SIGTERM)
-	}
-	for _, s := range cc.Servers {
-		must.NoError(t, os.RemoveAll(s.DataDir))
-	}
+	cc.stopAllAndWipeServers(t)
 	for name, pid := range pids {
 		n, err := strconv.Atoi(pid)
 		must.NoError(t, err)
 		must.True(t, pidAlive(n), must.Sprintf("task of %s (pid %d) died with its client", name, n))
 	}
-
-	start := time.Now()
-	for i := range cc.Servers {
-		cc.RestartServer(i)
-	}
-	cc.WaitForLeader(leaderTimeout)
-	var empty []map[string]any
-	must.NoError(t, GetJSON(cc.API(), "/v1/jobs", &empty))
-	must.SliceEmpty(t, empty, must.Sprint("fresh servers already know jobs"))
-
-	out, errOut, code = RunCLIAt(t, cc.ServerHTTP(0), "operator", "snapshot", "restore", snap)
-	must.EqOp(t, 0, code, must.Sprintf("restore: %s%s", out, errOut))
-	t.Logf("restore: %s (%s after the fresh servers started)", strings.TrimSpace(out), time.Since(start).Round(time.Millisecond))
+	cc.freshServersRestore(t, snap)
 
 	// Every server reads the restored state back, before any client is up.
 	for i := range cc.Servers {
@@ -169,15 +149,7 @@ func TestRecovery_SnapshotRestoreOnFreshServers(t *testing.T) {
 	must.NoError(t, err)
 	must.Eq(t, beforeJob, afterJob)
 
-	// Started together: the restored nodes are down to the servers until
-	// their clients heartbeat, and a node down past the failover TTL
-	// loses its claims.
-	for _, c := range cc.Clients {
-		must.NoError(t, c.Start())
-	}
-	for _, c := range cc.Clients {
-		must.NoError(t, c.WaitHTTP(startTimeout))
-	}
+	cc.startClientsTogether(t)
 	// The clients reattach: the same allocations run, their tasks never
 	// restarted, under the pids they had.
 	cc.waitCSIAllocs(t, "keep", csiSettle, func(list []*Alloc) error {
@@ -221,5 +193,164 @@ func TestRecovery_SnapshotRestoreOnFreshServers(t *testing.T) {
 	cc.WaitEvalsSettled("keep", csiSettle)
 	must.Eq(t, beforeClaims, cc.volumeClaims(t, names...))
 	must.Eq(t, beforePublishes, cc.controllerCounts(t, exts))
+	cc.mustNoOverlaps(t)
+}
+
+// stopAllAndWipeServers stops every client (their tasks keep running) and
+// every server, and deletes the servers' data dirs.
+func (cc *csiCluster) stopAllAndWipeServers(t *testing.T) {
+	t.Helper()
+	for j := range cc.Clients {
+		cc.KillClient(j, syscall.SIGTERM)
+	}
+	for i := range cc.Servers {
+		cc.KillServer(i, syscall.SIGTERM)
+	}
+	for _, s := range cc.Servers {
+		must.NoError(t, os.RemoveAll(s.DataDir))
+	}
+}
+
+// freshServersRestore starts the servers on their empty data dirs, checks
+// they know nothing, and restores snap through server 0.
+func (cc *csiCluster) freshServersRestore(t *testing.T, snap string) {
+	t.Helper()
+	start := time.Now()
+	for i := range cc.Servers {
+		cc.RestartServer(i)
+	}
+	cc.WaitForLeader(leaderTimeout)
+	var empty []map[string]any
+	must.NoError(t, GetJSON(cc.API(), "/v1/jobs", &empty))
+	must.SliceEmpty(t, empty, must.Sprint("fresh servers already know jobs"))
+
+	out, errOut, code := RunCLIAt(t, cc.ServerHTTP(0), "operator", "snapshot", "restore", snap)
+	must.EqOp(t, 0, code, must.Sprintf("restore: %s%s", out, errOut))
+	t.Logf("restore: %s (%s after the fresh servers started)", strings.TrimSpace(out), time.Since(start).Round(time.Millisecond))
+}
+
+// startClientsTogether starts every client at once and waits for their
+// APIs: the restored nodes are down to the servers until their clients
+// heartbeat, and a node down past the failover TTL loses its claims.
+func (cc *csiCluster) startClientsTogether(t *testing.T) {
+	t.Helper()
+	for _, c := range cc.Clients {
+		must.NoError(t, c.Start())
+	}
+	for _, c := range cc.Clients {
+		must.NoError(t, c.WaitHTTP(startTimeout))
+	}
+}
+
+// TestRecovery_RestoredClaimOfStoppedAllocReleasedOnce is issue 19's
+// second acceptance test: restore onto a cluster where one allocation
+// stopped after the snapshot was taken. The restored state says it runs
+// and holds its claim; its client reports it finished, and the claim is
+// released through the lane exactly once, while the other allocation's
+// claim stays without a second publish.
+func TestRecovery_RestoredClaimOfStoppedAllocReleasedOnce(t *testing.T) {
+	cc := startCSICluster(t, csiOpts{Servers: 3, Clients: 3, PublishLatency: 100 * time.Millisecond, ExternalPlugins: true})
+
+	names := []string{"vol[0]", "vol[1]"}
+	exts := cc.createVolumes(t, "client-0", names...)
+	for i, name := range names {
+		cc.registerVolumeHTTP(t, name, exts[i])
+	}
+	// Each task runs until a file named done appears in its volume.
+	cc.RunJob(csiJob("work", "batch", 2, "vol", true, "",
+		`echo $$ > "$ROAM_TASK_DIR/data/pid"; while [ ! -e "$ROAM_TASK_DIR/data/done" ]; do sleep 0.2; done`))
+	allocs := cc.waitCSIAllocs(t, "work", csiSettle, func(list []*Alloc) error {
+		if r := running(list); len(r) != 2 || len(list) != 2 {
+			return fmt.Errorf("%d of 2 allocations running (%d in all)", len(r), len(list))
+		}
+		return nil
+	})
+	byVolume := make(map[string]*Alloc)
+	for _, a := range allocs {
+		byVolume[strings.Replace(a.Name, "work.g", "vol", 1)] = a
+	}
+	WaitFor(t, csiSettle, func() error {
+		for i, name := range names {
+			v, err := cc.volume(name)
+			if err != nil {
+				return err
+			}
+			if len(v.Claims) != 1 || v.Claims[0].State != "taken" {
+				return fmt.Errorf("volume %s: %s", name, claimsString(v))
+			}
+			if _, err := os.Stat(filepath.Join(cc.StateDir, "volumes", exts[i], "pid")); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	cc.WaitEvalsSettled("work", csiSettle)
+
+	snap := filepath.Join(cc.Dir, "backup.snap")
+	out, errOut, code := RunCLIAt(t, cc.ServerHTTP(cc.Leader()), "operator", "snapshot", "save", snap)
+	must.EqOp(t, 0, code, must.Sprintf("save: %s%s", out, errOut))
+
+	// After the snapshot, vol[1]'s allocation finishes and its claim is
+	// released as usual.
+	stopped := byVolume["vol[1]"]
+	must.NotNil(t, stopped)
+	must.NoError(t, os.WriteFile(filepath.Join(cc.StateDir, "volumes", exts[1], "done"), nil, 0o644))
+	WaitFor(t, csiSettle, func() error {
+		v, err := cc.volume("vol[1]")
+		if err != nil {
+			return err
+		}
+		if len(v.Claims) != 0 {
+			return fmt.Errorf("vol[1] still claimed: %s", claimsString(v))
+		}
+		return nil
+	})
+	before := cc.controllerCounts(t, exts)
+	t.Logf("before the disaster: %v", before)
+	must.EqOp(t, 1, before[exts[1]]["ControllerUnpublishVolume"])
+
+	cc.stopAllAndWipeServers(t)
+	cc.freshServersRestore(t, snap)
+	// The restored state has the finished allocation running and
+	// claiming vol[1].
+	restored := cc.volumeClaims(t, "vol[1]")
+	must.StrContains(t, restored["vol[1]"], stopped.ID, must.Sprint("the snapshot lost vol[1]'s claim"))
+
+	cc.startClientsTogether(t)
+	WaitFor(t, csiSettle, func() error {
+		a, err := cc.allocByID(stopped.ID)
+		if err != nil {
+			return err
+		}
+		if a.ClientStatus != "complete" {
+			return fmt.Errorf("allocation %s is %s, want complete as its client knows it", a, a.ClientStatus)
+		}
+		v, err := cc.volume("vol[1]")
+		if err != nil {
+			return err
+		}
+		if len(v.Claims) != 0 {
+			return fmt.Errorf("vol[1] still claimed: %s", claimsString(v))
+		}
+		return nil
+	})
+	cc.WaitEvalsSettled("work", csiSettle)
+
+	// The other allocation runs on, its claim kept and not published
+	// again; the finished one's restored claim was released once.
+	a, err := cc.allocByID(byVolume["vol[0]"].ID)
+	must.NoError(t, err)
+	must.EqOp(t, "running", a.ClientStatus)
+	kept := cc.volumeClaims(t, "vol[0]")
+	must.StrContains(t, kept["vol[0]"], a.ID)
+	must.StrContains(t, kept["vol[0]"], "/taken")
+	after := cc.controllerCounts(t, exts)
+	t.Logf("after the restore: %v", after)
+	must.Eq(t, before[exts[0]], after[exts[0]])
+	must.EqOp(t, before[exts[1]]["ControllerPublishVolume"], after[exts[1]]["ControllerPublishVolume"])
+	must.EqOp(t, 2, after[exts[1]]["ControllerUnpublishVolume"], must.Sprint("the restored claim was not released exactly once"))
+	list, err := JobAllocs(cc.API(), "work")
+	must.NoError(t, err)
+	must.Len(t, 2, list, must.Sprintf("the finished allocation was replaced or re-run:\n%s", allocTable(list)))
 	cc.mustNoOverlaps(t)
 }
