@@ -58,9 +58,11 @@ func NewAgent(config *Config, logOutput io.Writer) (a *Agent, err error) {
 		Output: logOutput,
 	})
 	a = &Agent{config: config, logger: logger}
+	// "return nil, err" sets a to nil before this runs: keep our own.
+	started := a
 	defer func() {
 		if err != nil {
-			_ = a.Shutdown(context.Background())
+			_ = started.Shutdown(context.Background())
 		}
 	}()
 
