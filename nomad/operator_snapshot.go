@@ -114,15 +114,27 @@ func (s *Server) SaveSnapshotFile() (*SnapshotHeader, []byte, error) {
 	if int64(len(body)) > limit {
 		return nil, nil, fmt.Errorf("%w: state exceeds the snapshot size limit of %d bytes", ErrSnapshotTooLarge, limit)
 	}
+	hdr, file, err := buildSnapshotFile(meta.Index, meta.Term, int(meta.Version), s.config.Region, body)
+	if err != nil {
+		return nil, nil, err
+	}
+	metrics.MeasureSince([]string{"snapshot", "save"}, start)
+	s.logger.Info("snapshot saved", "index", meta.Index, "term", meta.Term, "bytes", len(file), "duration", time.Since(start))
+	return hdr, file, nil
+}
+
+// buildSnapshotFile counts the objects of an FSM snapshot body (which
+// also checks that it decodes) and wraps it in a snapshot file.
+func buildSnapshotFile(index, term uint64, raftVersion int, region string, body []byte) (*SnapshotHeader, []byte, error) {
 	_, counts, err := restoreStore(bytes.NewReader(body))
 	if err != nil {
 		return nil, nil, fmt.Errorf("snapshot does not decode: %w", err)
 	}
 	hdr := &SnapshotHeader{
-		Index:       meta.Index,
-		Term:        meta.Term,
-		RaftVersion: int(meta.Version),
-		Region:      s.config.Region,
+		Index:       index,
+		Term:        term,
+		RaftVersion: raftVersion,
+		Region:      region,
 		CreatedAt:   time.Now().UTC(),
 		Counts:      counts,
 	}
@@ -131,8 +143,6 @@ func (s *Server) SaveSnapshotFile() (*SnapshotHeader, []byte, error) {
 		return nil, nil, err
 	}
 	hdr.Size = int64(len(body))
-	metrics.MeasureSince([]string{"snapshot", "save"}, start)
-	s.logger.Info("snapshot saved", "index", meta.Index, "term", meta.Term, "bytes", len(file), "duration", time.Since(start))
 	return hdr, file, nil
 }
 
