@@ -174,12 +174,15 @@ func (s *Server) revokeLeadership() *controllerLanes {
 }
 
 // reconcileLoop keeps the Raft configuration in step with the servers that
-// have joined: a new server becomes a voter as soon as the leader hears of it.
+// have joined: a new server becomes a voter as soon as the leader hears of
+// it, and one unreachable past DeadServerCleanupAfter is removed.
 func (s *Server) reconcileLoop(ctx context.Context) {
 	ticker := time.NewTicker(s.config.JoinInterval)
 	defer ticker.Stop()
+	leaderSince := time.Now()
 	for {
 		s.reconcileVoters()
+		s.pruneDeadServers(leaderSince)
 		select {
 		case <-ticker.C:
 		case <-ctx.Done():

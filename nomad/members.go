@@ -70,6 +70,18 @@ func (l *memberList) markLeft(id string) {
 	l.left[id] = time.Now()
 }
 
+// lastSeen returns when server id last answered or called, if ever since
+// this server started (or since it was marked left).
+func (l *memberList) lastSeen(id string) (time.Time, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	st, ok := l.members[id]
+	if !ok {
+		return time.Time{}, false
+	}
+	return st.lastSeen, true
+}
+
 // learn records an address worth probing.
 func (l *memberList) learn(addr string) {
 	if addr == "" || addr == l.self.Addr {

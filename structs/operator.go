@@ -1,5 +1,7 @@
 package structs
 
+import "time"
+
 // ServerMember is one server as this cluster's membership sees it.
 type ServerMember struct {
 	ID         string
@@ -58,6 +60,12 @@ type RaftServer struct {
 	Leader       bool
 	Voter        bool
 	RaftProtocol string
+	// Healthy is set for the answering server and for peers it heard
+	// from within the member fail time.
+	Healthy bool
+	// LastContact is how long ago the answering server last heard from
+	// the peer (0 for itself; -1 if never).
+	LastContact time.Duration
 }
 
 // RaftConfigurationResponse is the Raft configuration with the index it was

@@ -176,6 +176,7 @@ func (a *Agent) setupServer() error {
 	sc.FailoverHeartbeatTTL = parseDurationOr(c.Server.FailoverHeartbeatTTL, sc.FailoverHeartbeatTTL)
 	sc.LeaveDrainTimeout = parseDurationOr(c.Server.LeaveDrainTimeout, sc.LeaveDrainTimeout)
 	sc.CSINodeDetachTimeout = parseDurationOr(c.Server.CSINodeDetachTimeout, sc.CSINodeDetachTimeout)
+	sc.DeadServerCleanupAfter = parseDurationOr(c.Server.DeadServerCleanupAfter, sc.DeadServerCleanupAfter)
 	sc.LeaveOnTerminate = c.LeaveOnTerminate
 	limits := c.limits()
 	sc.RPCMaxConnsPerClient = limits.RPCMaxConnsPerClient
