@@ -43,6 +43,11 @@ type allocManagerConfig struct {
 	MaxQueryTime time.Duration
 	// UpdateInterval is how often status updates are batched to the servers.
 	UpdateInterval time.Duration
+	// StateReset is set when the state DB was found damaged and replaced
+	// by an empty one: the allocations the servers list for this node in
+	// the first answer may have tasks running that this client no longer
+	// knows of, so they are held (see allocManager.held).
+	StateReset bool
 	// MinRetryBackoff and MaxRetryBackoff bound the waits after a failed
 	// query.
 	MinRetryBackoff time.Duration
@@ -67,6 +72,16 @@ type allocManager struct {
 
 	shutdownOnce sync.Once
 	shutdownErr  error
+
+	// held are allocations that were running before the state DB was
+	// lost. Starting one again would run a second copy of its tasks beside
+	// the first (whose executors outlived the client), both on its
+	// volumes; reporting it stopped would release its claims while those
+	// tasks may still write. So it is left alone, claims and all, for the
+	// operator. Set by the first reconcile after a reset; used only by the
+	// watch goroutine.
+	held        map[string]bool
+	heldDecided bool
 }
 
 func newAllocManager(cfg allocManagerConfig) *allocManager {
@@ -204,6 +219,21 @@ func (m *allocManager) sleep(d time.Duration) bool {
 func (m *allocManager) reconcile(allocs []*structs.Allocation) {
 	seen := make(map[string]bool, len(allocs))
 	sort.Slice(allocs, func(i, j int) bool { return allocs[i].ID < allocs[j].ID })
+	if m.cfg.StateReset && !m.heldDecided {
+		m.heldDecided = true
+		m.held = make(map[string]bool)
+		for _, alloc := range allocs {
+			if alloc == nil || alloc.DesiredStatus != structs.AllocDesiredStatusRun || alloc.ClientTerminalStatus() {
+				continue
+			}
+			if m.getRunner(alloc.ID) != nil {
+				continue
+			}
+			m.held[alloc.ID] = true
+			m.logger.Warn("allocation was placed here before the state db was lost; not starting it again and leaving its claims in place",
+				"alloc_id", alloc.ID, "name", alloc.Name, "client_status", alloc.ClientStatus)
+		}
+	}
 	for _, alloc := range allocs {
 		if alloc == nil || (alloc.NodeID != "" && alloc.NodeID != m.cfg.NodeID) {
 			continue
@@ -216,7 +246,7 @@ func (m *allocManager) reconcile(allocs []*structs.Allocation) {
 			}
 			continue
 		}
-		if alloc.DesiredStatus != structs.AllocDesiredStatusRun || alloc.ClientTerminalStatus() {
+		if alloc.DesiredStatus != structs.AllocDesiredStatusRun || alloc.ClientTerminalStatus() || m.held[alloc.ID] {
 			continue
 		}
 		m.logger.Info("starting allocation", "alloc_id", alloc.ID, "name", alloc.Name)
