@@ -126,8 +126,14 @@ func runAgent(args []string, out, errOut io.Writer) int {
 	// The first signal shuts down cleanly; a second one exits at once.
 	sigCh := make(chan os.Signal, 2)
 	signal.Notify(sigCh, syscall.SIGINT, syscall.SIGTERM)
-	sig := <-sigCh
-	fmt.Fprintf(out, "==> Caught %s, shutting down (send again to exit at once)\n", sig)
+	code := 0
+	select {
+	case sig := <-sigCh:
+		fmt.Fprintf(out, "==> Caught %s, shutting down (send again to exit at once)\n", sig)
+	case err := <-a.Fatal():
+		fmt.Fprintf(errOut, "roam agent: %v\n", err)
+		code = 1
+	}
 	done := make(chan error, 1)
 	go func() { done <- a.Shutdown(context.Background()) }()
 	select {
@@ -136,7 +142,7 @@ func runAgent(args []string, out, errOut io.Writer) int {
 			fmt.Fprintf(errOut, "roam agent: shutdown: %v\n", err)
 			return 1
 		}
-		return 0
+		return code
 	case sig := <-sigCh:
 		fmt.Fprintf(errOut, "==> Caught second %s, exiting now\n", sig)
 		return 1

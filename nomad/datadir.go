@@ -31,6 +31,10 @@ const dataDirRecordInterval = 5 * time.Second
 type dataDirMarker struct {
 	// Region is the region of the server that created the data dir.
 	Region string `json:"region"`
+	// ClusterID names the cluster this data dir's Raft state belongs to:
+	// assigned by the first leader, learned by every other server from
+	// the leader it joins.
+	ClusterID string `json:"cluster_id,omitempty"`
 	// AppliedIndex is a Raft index this server had applied, recorded while
 	// it ran and when it stopped. Applied entries are in the local Raft
 	// log or a local snapshot before they are applied, and Raft never
@@ -107,6 +111,22 @@ func (d *dataDirState) checkRaft(dataDir string, logs raft.LogStore, snaps raft.
 	return nil
 }
 
+// clusterID returns the recorded cluster ID, or "".
+func (d *dataDirState) clusterID() string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.marker.ClusterID
+}
+
+// setClusterID records id as the cluster this data dir belongs to.
+func (d *dataDirState) setClusterID(id string) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	m := d.marker
+	m.ClusterID = id
+	return d.writeLocked(m)
+}
+
 // record stores applied in the marker if it moved forward.
 func (d *dataDirState) record(applied uint64) error {
 	d.mu.Lock()
@@ -116,6 +136,11 @@ func (d *dataDirState) record(applied uint64) error {
 	}
 	m := d.marker
 	m.AppliedIndex = max(applied, m.AppliedIndex)
+	return d.writeLocked(m)
+}
+
+// writeLocked replaces the marker file with m.
+func (d *dataDirState) writeLocked(m dataDirMarker) error {
 	buf, err := json.Marshal(&m)
 	if err != nil {
 		return err

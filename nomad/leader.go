@@ -73,6 +73,7 @@ func (s *Server) establishLeadership(newTerm bool) {
 	}
 	ctx, cancel := context.WithCancel(s.shutdownCtx)
 	s.leaderCancel = cancel
+	s.ensureClusterID()
 
 	if err := s.heartbeats.start(ctx, &s.leaderWG); err != nil {
 		// A leader that cannot watch its nodes would never free a dead

@@ -104,6 +104,11 @@ type Server struct {
 
 	// dataDir keeps the data dir's marker; nil in dev mode.
 	dataDir *dataDirState
+	// memClusterID holds the cluster ID in dev mode (no data dir).
+	memClusterID atomic.Value
+	// fatalCh carries the error that makes this server unfit to run on
+	// (see Fatal).
+	fatalCh chan error
 }
 
 // NewServer starts a server: it binds the RPC port, opens Raft on the data
@@ -149,6 +154,7 @@ func NewServer(config *Config) (*Server, error) {
 		shutdownCancel: cancel,
 		conns:          make(map[net.Conn]struct{}),
 		nodeConns:      newNodeConns(),
+		fatalCh:        make(chan error, 1),
 	}
 	s.listener = connlimit.Listen(ln, s.connLimiter, s.refuseOverCap)
 	s.members = newMemberList(s.selfMember(), config.MemberFailAfter)

@@ -40,6 +40,9 @@ type ServerJoinRequest struct {
 	// HasState tells the peer whether the sender already belongs to a Raft
 	// configuration (it must not be bootstrapped again).
 	HasState bool
+	// ClusterID is the cluster the sender's Raft state belongs to, if it
+	// knows one.
+	ClusterID string
 	WriteRequest
 }
 
@@ -49,7 +52,9 @@ type ServerJoinResponse struct {
 	HasState bool
 	// LeaderAddr is the leader's RPC address if the peer knows it.
 	LeaderAddr string
-	Members    []*ServerMember
+	// ClusterID is the cluster the peer's Raft state belongs to, if known.
+	ClusterID string
+	Members   []*ServerMember
 }
 
 // RaftServer is one entry of the Raft configuration.

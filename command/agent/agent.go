@@ -277,6 +277,15 @@ func (a *Agent) Config() *Config { return a.config }
 // HTTPAddr returns the address the HTTP API listens on.
 func (a *Agent) HTTPAddr() string { return a.http.Addr() }
 
+// Fatal delivers an error that makes the agent unfit to go on (its
+// server's data dir belongs to another cluster); nil without a server.
+func (a *Agent) Fatal() <-chan error {
+	if a.server == nil {
+		return nil
+	}
+	return a.server.Fatal()
+}
+
 // InmemMetrics returns the in-memory metrics sink behind /v1/metrics.
 func (a *Agent) InmemMetrics() *metrics.InmemSink { return a.metrics }
 
