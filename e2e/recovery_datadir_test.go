@@ -141,3 +141,61 @@ server {
 	line = mustRefuseStart(t, other, "data dir refused", `belongs to a server of region "global"`, `configured for region "east"`)
 	t.Logf("other region: %s", line)
 }
+
+// TestRecovery_OtherClusterDataDirRefused: a server of a 3-server cluster
+// started on the data dir of another cluster's server (same region) exits
+// non-zero naming both clusters, the cluster never takes it in, and the
+// server on its own data dir again rejoins.
+func TestRecovery_OtherClusterDataDirRefused(t *testing.T) {
+	other := StartCluster(t, Opts{Servers: 1})
+	other.RunJob(serviceJob("other", 1, "", sleepScript))
+	must.EqOp(t, 0, other.KillServer(0, syscall.SIGTERM))
+
+	c := StartCluster(t, Opts{Servers: 3})
+	leader := c.Leader()
+	victim := (leader + 1) % 3
+	v := c.Servers[victim]
+	must.EqOp(t, 0, c.KillServer(victim, syscall.SIGTERM))
+	own := filepath.Join(c.Dir, "own-data")
+	must.NoError(t, os.Rename(v.DataDir, own))
+	must.NoError(t, copyTree(other.Servers[0].DataDir, v.DataDir))
+
+	line := mustRefuseStartLine(t, v, "belongs to another cluster", "Move "+v.DataDir+" aside")
+	t.Logf("other cluster: %s", line)
+
+	// The cluster kept its two servers and takes writes.
+	c.RunJob(serviceJob("after", 1, "", sleepScript))
+	var peers raftPeers
+	must.NoError(t, GetJSON(c.ServerHTTP(leader), "/v1/operator/raft/configuration", &peers))
+	must.Len(t, 3, peers.Servers, must.Sprint("the foreign server was added, or the stopped one removed"))
+
+	// Back on its own data dir, the server rejoins.
+	must.NoError(t, os.RemoveAll(v.DataDir))
+	must.NoError(t, os.Rename(own, v.DataDir))
+	c.RestartServer(victim)
+	WaitFor(t, 30*time.Second, func() error {
+		var j JobInfo
+		return GetJSON(v.HTTPAddr(), "/v1/job/after?stale", &j)
+	})
+}
+
+// mustRefuseStartLine is mustRefuseStart for a refusal that comes after
+// the agent started (found while joining): it returns the log line that
+// names it.
+func mustRefuseStartLine(t *testing.T, a *Agent, needles ...string) string {
+	t.Helper()
+	must.NoError(t, a.Start())
+	code, err := a.Wait(startTimeout)
+	must.NoError(t, err, must.Sprintf("%s kept running on another cluster's data dir:\n%s", a.Name, a.LogTail(30)))
+	must.NotEq(t, 0, code, must.Sprintf("%s exited 0:\n%s", a.Name, a.LogTail(30)))
+	for _, l := range strings.Split(a.LogTail(40), "\n") {
+		if strings.HasPrefix(l, "roam agent: ") {
+			for _, n := range needles {
+				must.StrContains(t, l, n)
+			}
+			return l
+		}
+	}
+	t.Fatalf("no 'roam agent:' line in the log of %s:\n%s", a.Name, a.LogTail(40))
+	return ""
+}
