@@ -38,6 +38,8 @@ type fakeServer struct {
 	updates int
 	// queries counts Node.GetClientAllocs calls.
 	queries int
+	// clusterID is answered with every allocation list.
+	clusterID string
 	// changed is closed and replaced on every change.
 	changed chan struct{}
 }
@@ -92,6 +94,7 @@ func (f *fakeServer) RPC(method string, args, reply any) error {
 		}
 		defer f.mu.Unlock()
 		resp.Index = f.index
+		resp.ClusterID = f.clusterID
 		resp.Allocs = nil
 		for _, a := range f.allocs {
 			if a.NodeID == req.NodeID {

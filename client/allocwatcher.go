@@ -48,6 +48,9 @@ type allocManagerConfig struct {
 	// the first answer may have tasks running that this client no longer
 	// knows of, so they are held (see allocManager.held).
 	StateReset bool
+	// HoldFor, if set, is asked about the cluster ID of every allocation
+	// list; true leaves the list unreconciled (see clusterGuard).
+	HoldFor func(clusterID string) bool
 	// MinRetryBackoff and MaxRetryBackoff bound the waits after a failed
 	// query.
 	MinRetryBackoff time.Duration
@@ -193,6 +196,16 @@ func (m *allocManager) watch() {
 			continue
 		}
 		backoff = m.cfg.MinRetryBackoff
+		if m.cfg.HoldFor != nil && m.cfg.HoldFor(resp.ClusterID) {
+			// Asked again from scratch after a pause: the list to act
+			// on comes from the other cluster's restored state, whose
+			// index may be anything.
+			index = 0
+			if !m.sleep(m.cfg.MaxRetryBackoff) {
+				return
+			}
+			continue
+		}
 		// An index that went backwards (servers restored from a snapshot)
 		// restarts the query from scratch rather than waiting forever.
 		index = resp.Index
@@ -275,6 +288,22 @@ func (m *allocManager) reconcile(allocs []*structs.Allocation) {
 			m.mu.Unlock()
 		})
 	}
+}
+
+// anyLive reports whether any allocation here has a task not yet dead.
+func (m *allocManager) anyLive() bool {
+	m.mu.Lock()
+	runners := make([]*allocRunner, 0, len(m.runners))
+	for _, ar := range m.runners {
+		runners = append(runners, ar)
+	}
+	m.mu.Unlock()
+	for _, ar := range runners {
+		if !ar.allDead() {
+			return true
+		}
+	}
+	return false
 }
 
 // killAll kills every task of every allocation and waits, up to ctx, until

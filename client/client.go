@@ -132,6 +132,13 @@ func NewClient(config *Config) (*Client, error) {
 		MaxRetryBackoff: config.MaxRetryBackoff,
 		StateReset:      damage != nil,
 	})
+	guard, err := newClusterGuard(config.DataDir, c.logger, c.allocs.anyLive)
+	if err != nil {
+		cancel()
+		db.close()
+		return nil, err
+	}
+	c.allocs.cfg.HoldFor = guard.hold
 	// Restore first: tasks that survived a restart are re-attached before
 	// the servers are asked anything.
 	c.allocs.start()

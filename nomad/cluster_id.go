@@ -1,8 +1,10 @@
 package nomad
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -14,8 +16,17 @@ import (
 var ErrClusterMismatch = errors.New("server data dir belongs to another cluster")
 
 // ClusterID returns the ID of the cluster this server's Raft state belongs
-// to, or "" before one is assigned or learned.
+// to, or "" before one is assigned or learned. Raft state (the FSM) is the
+// authority, so a snapshot restore brings its cluster's ID back; the data
+// dir's marker stands in while the FSM has not replayed it yet.
 func (s *Server) ClusterID() string {
+	if m, err := s.fsm.State().ClusterMetadata(nil); err == nil && m != nil {
+		return m.ClusterID
+	}
+	return s.markerClusterID()
+}
+
+func (s *Server) markerClusterID() string {
 	if s.dataDir != nil {
 		return s.dataDir.clusterID()
 	}
@@ -23,6 +34,17 @@ func (s *Server) ClusterID() string {
 	return id
 }
 
+// syncClusterID records the FSM's cluster ID in the marker when they
+// differ (first assignment, or a restore of another cluster's snapshot).
+func (s *Server) syncClusterID() {
+	m, err := s.fsm.State().ClusterMetadata(nil)
+	if err != nil || m == nil || m.ClusterID == s.markerClusterID() {
+		return
+	}
+	s.setClusterID(m.ClusterID, "recorded from raft state")
+}
+
+// setClusterID records id in the marker (or, in dev mode, in memory).
 func (s *Server) setClusterID(id, how string) {
 	if s.dataDir != nil {
 		if err := s.dataDir.setClusterID(id); err != nil {
@@ -35,11 +57,32 @@ func (s *Server) setClusterID(id, how string) {
 	s.logger.Info("cluster id "+how, "cluster_id", id)
 }
 
-// ensureClusterID gives a cluster without an ID one; the leader calls it,
-// and every other server learns it from the leader (learnClusterID).
-func (s *Server) ensureClusterID() {
-	if s.ClusterID() == "" {
-		s.setClusterID(uuid.NewString(), "assigned")
+// ensureClusterID, on the leader, writes the cluster's ID into Raft state
+// if it has none: the one this data dir already records (a cluster from
+// before IDs lived in Raft), or a new one. It retries until it is written
+// or ctx ends.
+func (s *Server) ensureClusterID(ctx context.Context) {
+	for ctx.Err() == nil {
+		m, err := s.fsm.State().ClusterMetadata(nil)
+		if err == nil && m != nil {
+			s.syncClusterID()
+			return
+		}
+		id := s.markerClusterID()
+		if id == "" {
+			id = uuid.NewString()
+		}
+		req := &structs.ClusterMetadataRequest{Metadata: structs.ClusterMetadata{ClusterID: id, CreateTime: time.Now().UnixNano()}}
+		_, _, err = s.raftApply(structs.ClusterMetadataRequestType, req)
+		if err == nil {
+			s.syncClusterID()
+			return
+		}
+		s.logger.Warn("could not write the cluster id; retrying", "error", err)
+		select {
+		case <-time.After(time.Second):
+		case <-ctx.Done():
+		}
 	}
 }
 
@@ -82,8 +125,9 @@ func (s *Server) judgeClusterProbe(p *clusterProbe) {
 		ErrClusterMismatch, dir, ours, r.ClusterID, r.Self.Addr, p.other, dir, r.ClusterID, ours))
 }
 
-// learnClusterID adopts the cluster ID of the leader answering a probe if
-// this server has none yet (a new server, or one from before cluster IDs).
+// learnClusterID records the cluster ID of the leader answering a probe
+// if this server has none yet (a new server, before Raft has replicated
+// the ID to it).
 func (s *Server) learnClusterID(resp *structs.ServerJoinResponse) {
 	if s.ClusterID() != "" || resp.ClusterID == "" || !resp.HasState || resp.LeaderAddr != resp.Self.Addr {
 		return

@@ -1,6 +1,7 @@
 package nomad
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -87,4 +88,32 @@ func TestClusterID_ForeignDataDirIsFatal(t *testing.T) {
 		c.RetryJoin = addrs
 	})
 	must.Eq(t, bCluster, waitClusterID(t, append(servers, fresh)...))
+}
+
+// The cluster ID lives in Raft state: a snapshot carries it, and servers
+// rebuilt from that snapshot answer for the snapshot's cluster again, so
+// the clients of that cluster recognise them.
+func TestClusterID_RestoredWithSnapshot(t *testing.T) {
+	old := testServer(t, func(c *Config) { c.BootstrapExpect = 1 })
+	waitForLeader(t, old)
+	oldID := waitClusterID(t, old)
+	file := downloadSnapshot(t, old)
+	hdr, _, err := ReadSnapshotFile(bytes.NewReader(file), 0)
+	must.NoError(t, err)
+	must.Eq(t, 1, hdr.Counts["cluster_meta"])
+
+	servers := testCluster(t, 3)
+	newID := waitClusterID(t, servers...)
+	must.NotEq(t, oldID, newID)
+	_, err = uploadSnapshot(followers(servers)[0], file)
+	must.NoError(t, err)
+	must.Eq(t, oldID, waitClusterID(t, servers...))
+	for _, s := range servers {
+		must.Wait(t, wait.InitialSuccess(wait.ErrorFunc(func() error {
+			if got := s.markerClusterID(); got != oldID {
+				return fmt.Errorf("server %s marker has %q", s.ID(), got)
+			}
+			return nil
+		}), wait.Timeout(15*time.Second), wait.Gap(50*time.Millisecond)))
+	}
 }

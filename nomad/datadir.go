@@ -168,6 +168,7 @@ func (s *Server) recordAppliedLoop() {
 			if err := s.dataDir.record(s.raft.AppliedIndex()); err != nil {
 				s.logger.Warn("could not record the applied index in the data dir", "error", err)
 			}
+			s.syncClusterID()
 		case <-s.shutdownCtx.Done():
 			return
 		}

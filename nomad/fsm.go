@@ -25,6 +25,7 @@ const (
 	snapEval
 	snapCSIVolume
 	snapCSIPlugin
+	snapClusterMeta
 )
 
 // FSM applies committed Raft entries to the state store. Apply touches
@@ -174,6 +175,10 @@ var fsmAppliers = map[structs.MessageType]fsmApplier{
 		func(st *state.StateStore, index uint64, req *structs.CSIVolumeClaimUpdateRequest) ([]*structs.Evaluation, error) {
 			return nil, st.UpdateCSIVolumeClaim(index, req.Namespace, req.VolumeID, req.Claim)
 		}),
+	structs.ClusterMetadataRequestType: decodeApply(structs.ClusterMetadataRequestType,
+		func(st *state.StateStore, index uint64, req *structs.ClusterMetadataRequest) ([]*structs.Evaluation, error) {
+			return nil, st.SetClusterMetadata(index, &req.Metadata)
+		}),
 	structs.NodeUpdateEligibilityRequestType: decodeApply(structs.NodeUpdateEligibilityRequestType,
 		func(st *state.StateStore, index uint64, req *structs.NodeUpdateEligibilityRequest) ([]*structs.Evaluation, error) {
 			return req.Evals, st.UpdateNodeEligibility(index, req.NodeID, req.Eligibility, req.UpdatedAt, req.Evals)
@@ -204,13 +209,14 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 
 // snapshotTables names each record type's table, as counts are reported.
 var snapshotTables = map[snapshotRecord]string{
-	snapIndex:     "index",
-	snapNode:      "nodes",
-	snapJob:       "jobs",
-	snapAlloc:     "allocs",
-	snapEval:      "evals",
-	snapCSIVolume: "csi_volumes",
-	snapCSIPlugin: "csi_plugins",
+	snapIndex:       "index",
+	snapNode:        "nodes",
+	snapJob:         "jobs",
+	snapAlloc:       "allocs",
+	snapEval:        "evals",
+	snapCSIVolume:   "csi_volumes",
+	snapCSIPlugin:   "csi_plugins",
+	snapClusterMeta: "cluster_meta",
 }
 
 // restoreStore reads a snapshot stream (as Persist writes it) into a new
@@ -294,6 +300,12 @@ func restoreRecord(dec *codec.Decoder, restore *state.Restore, rec snapshotRecor
 			return err
 		}
 		return restore.CSIPlugin(&p)
+	case snapClusterMeta:
+		var m structs.ClusterMetadata
+		if err := dec.Decode(&m); err != nil {
+			return err
+		}
+		return restore.ClusterMetadata(&m)
 	}
 	return fmt.Errorf("unknown record type %d", rec)
 }
@@ -385,6 +397,15 @@ func (s *fsmSnapshot) persist(w io.Writer) error {
 	}
 	for _, p := range plugins {
 		if err := write(snapCSIPlugin, p); err != nil {
+			return err
+		}
+	}
+	meta, err := s.snap.ClusterMetadata(nil)
+	if err != nil {
+		return err
+	}
+	if meta != nil {
+		if err := write(snapClusterMeta, meta); err != nil {
 			return err
 		}
 	}

@@ -73,7 +73,11 @@ func (s *Server) establishLeadership(newTerm bool) {
 	}
 	ctx, cancel := context.WithCancel(s.shutdownCtx)
 	s.leaderCancel = cancel
-	s.ensureClusterID()
+	s.leaderWG.Add(1)
+	go func() {
+		defer s.leaderWG.Done()
+		s.ensureClusterID(ctx)
+	}()
 
 	if err := s.heartbeats.start(ctx, &s.leaderWG); err != nil {
 		// A leader that cannot watch its nodes would never free a dead
