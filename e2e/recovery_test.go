@@ -354,3 +354,151 @@ func TestRecovery_RestoredClaimOfStoppedAllocReleasedOnce(t *testing.T) {
 	must.Len(t, 2, list, must.Sprintf("the finished allocation was replaced or re-run:\n%s", allocTable(list)))
 	cc.mustNoOverlaps(t)
 }
+
+// TestRecovery_ClientsMeetEmptyServers is the restore done in the wrong
+// order: the clients restart against the fresh, empty servers before the
+// snapshot is restored. They are answered with no allocations by servers
+// of another cluster, hold their allocations (no task stopped), and carry
+// on once the snapshot brings their cluster back. (A client that stays up
+// meets the empty servers the same way once its blocking query, still
+// waiting for an index of the old cluster, returns.)
+func TestRecovery_ClientsMeetEmptyServers(t *testing.T) {
+	cc := startCSICluster(t, csiOpts{Servers: 3, Clients: 3, PublishLatency: 100 * time.Millisecond, ExternalPlugins: true})
+
+	names := []string{"vol[0]", "vol[1]"}
+	exts := cc.createVolumes(t, "client-0", names...)
+	for i, name := range names {
+		cc.registerVolumeHTTP(t, name, exts[i])
+	}
+	cc.RunJob(csiJob("keep", "service", 2, "vol", true, "", pidScript))
+	allocs := cc.waitCSIAllocs(t, "keep", csiSettle, func(list []*Alloc) error {
+		if r := running(list); len(r) != 2 || len(list) != 2 {
+			return fmt.Errorf("%d of 2 allocations running (%d in all)", len(r), len(list))
+		}
+		return nil
+	})
+	pids := make(map[string]string)
+	WaitFor(t, csiSettle, func() error {
+		for i, name := range names {
+			v, err := cc.volume(name)
+			if err != nil {
+				return err
+			}
+			if len(v.Claims) != 1 || v.Claims[0].State != "taken" {
+				return fmt.Errorf("volume %s: %s", name, claimsString(v))
+			}
+			b, err := os.ReadFile(filepath.Join(cc.StateDir, "volumes", exts[i], "pid"))
+			if err != nil {
+				return err
+			}
+			pids[name] = strings.TrimSpace(string(b))
+		}
+		return nil
+	})
+	cc.WaitEvalsSettled("keep", csiSettle)
+	beforeClaims := cc.volumeClaims(t, names...)
+	beforeCalls := cc.controllerCounts(t, exts)
+	beforeAllocs := make(map[string]*Alloc, len(allocs))
+	for _, a := range allocs {
+		beforeAllocs[a.ID] = a
+	}
+
+	snap := filepath.Join(cc.Dir, "backup.snap")
+	out, errOut, code := RunCLIAt(t, cc.ServerHTTP(cc.Leader()), "operator", "snapshot", "save", snap)
+	must.EqOp(t, 0, code, must.Sprintf("save: %s%s", out, errOut))
+
+	for i := range cc.Servers {
+		cc.KillServer(i, syscall.SIGTERM)
+	}
+	for _, s := range cc.Servers {
+		must.NoError(t, os.RemoveAll(s.DataDir))
+	}
+	for i := range cc.Servers {
+		cc.RestartServer(i)
+	}
+	cc.WaitForLeader(leaderTimeout)
+	for j := range cc.Clients {
+		cc.KillClient(j, syscall.SIGTERM)
+		cc.RestartClient(j)
+	}
+	// Every client reaches the empty servers, registers, and is answered
+	// with no allocations by another cluster.
+	WaitFor(t, csiSettle, func() error {
+		var nodes []map[string]any
+		if err := GetJSON(cc.API(), "/v1/nodes", &nodes); err != nil {
+			return err
+		}
+		if len(nodes) != len(cc.Clients) {
+			return fmt.Errorf("%d of %d clients registered with the fresh servers", len(nodes), len(cc.Clients))
+		}
+		return nil
+	})
+	// Until a client holds its allocations, or a task died.
+	holding := 0
+	WaitFor(t, csiSettle, func() error {
+		holding = 0
+		for _, c := range cc.Clients {
+			if len(logLines(c, "servers answer for another cluster")) > 0 {
+				holding++
+			}
+		}
+		for _, pid := range pids {
+			if n, _ := strconv.Atoi(pid); !pidAlive(n) {
+				return nil
+			}
+		}
+		if holding == 0 {
+			return fmt.Errorf("no client is holding its allocations yet")
+		}
+		return nil
+	})
+	for name, pid := range pids {
+		n, err := strconv.Atoi(pid)
+		must.NoError(t, err)
+		must.True(t, pidAlive(n), must.Sprintf("task of %s (pid %d) stopped when its client met the empty servers", name, n))
+	}
+	t.Logf("%d clients holding their allocations against the fresh servers", holding)
+
+	out, errOut, code = RunCLIAt(t, cc.ServerHTTP(1), "operator", "snapshot", "restore", snap)
+	must.EqOp(t, 0, code, must.Sprintf("restore: %s%s", out, errOut))
+	t.Logf("restore: %s", strings.TrimSpace(out))
+
+	cc.waitCSIAllocs(t, "keep", csiSettle, func(list []*Alloc) error {
+		if len(list) != 2 {
+			return fmt.Errorf("%d allocations, want the 2 restored:\n%s", len(list), allocTable(list))
+		}
+		for _, a := range list {
+			b := beforeAllocs[a.ID]
+			if b == nil {
+				return errFatal(fmt.Errorf("allocation %s is not one of the restored ones", a))
+			}
+			if a.ClientStatus != "running" {
+				return fmt.Errorf("allocation %s is %s", a, a.ClientStatus)
+			}
+			ts, bs := a.TaskStates["t"], b.TaskStates["t"]
+			if ts == nil || bs == nil || ts.Restarts != 0 || !ts.StartedAt.Equal(bs.StartedAt) {
+				return errFatal(fmt.Errorf("task of %s restarted: %+v, before %+v", a, ts, bs))
+			}
+		}
+		return nil
+	})
+	for _, c := range cc.Clients {
+		if len(logLines(c, "servers answer for another cluster")) > 0 {
+			WaitFor(t, csiSettle, func() error {
+				if len(logLines(c, "servers answer for this node's cluster again")) == 0 {
+					return fmt.Errorf("%s has not resumed", c.Name)
+				}
+				return nil
+			})
+		}
+	}
+	for i, name := range names {
+		b, err := os.ReadFile(filepath.Join(cc.StateDir, "volumes", exts[i], "pid"))
+		must.NoError(t, err)
+		must.EqOp(t, pids[name], strings.TrimSpace(string(b)), must.Sprintf("task of %s started again", name))
+	}
+	cc.WaitEvalsSettled("keep", csiSettle)
+	must.Eq(t, beforeClaims, cc.volumeClaims(t, names...))
+	must.Eq(t, beforeCalls, cc.controllerCounts(t, exts))
+	cc.mustNoOverlaps(t)
+}
