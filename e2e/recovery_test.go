@@ -68,9 +68,9 @@ func (cc *csiCluster) controllerCounts(t *testing.T, exts []string) map[string]m
 // restarting them; no claim that stayed is published a second time; no
 // plugin saw overlapping controller calls.
 //
-// The clients are stopped before the servers and started after the
-// restore (their tasks keep running meanwhile): a client that reaches a
-// fresh, empty cluster is told it has no allocations and stops them.
+// Here the clients are stopped before the servers and started after the
+// restore (their tasks keep running meanwhile);
+// TestRecovery_ClientsMeetEmptyServers has them meet the empty servers.
 func TestRecovery_SnapshotRestoreOnFreshServers(t *testing.T) {
 	cc := startCSICluster(t, csiOpts{Servers: 3, Clients: 3, PublishLatency: 100 * time.Millisecond, ExternalPlugins: true})
 
