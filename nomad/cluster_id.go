@@ -58,32 +58,40 @@ func (s *Server) setClusterID(id, how string) {
 }
 
 // ensureClusterID, on the leader, writes the cluster's ID into Raft state
-// if it has none: the one this data dir already records (a cluster from
-// before IDs lived in Raft), or a new one. It retries until it is written
-// or ctx ends.
+// if it has none, retrying until it is written or ctx ends.
 func (s *Server) ensureClusterID(ctx context.Context) {
-	for ctx.Err() == nil {
-		m, err := s.fsm.State().ClusterMetadata(nil)
-		if err == nil && m != nil {
-			s.syncClusterID()
-			return
-		}
-		id := s.markerClusterID()
-		if id == "" {
-			id = uuid.NewString()
-		}
-		req := &structs.ClusterMetadataRequest{Metadata: structs.ClusterMetadata{ClusterID: id, CreateTime: time.Now().UnixNano()}}
-		_, _, err = s.raftApply(structs.ClusterMetadataRequestType, req)
+	for {
+		err := s.writeClusterID()
 		if err == nil {
-			s.syncClusterID()
 			return
 		}
 		s.logger.Warn("could not write the cluster id; retrying", "error", err)
 		select {
 		case <-time.After(time.Second):
 		case <-ctx.Done():
+			return
 		}
 	}
+}
+
+// writeClusterID writes the cluster's ID into Raft state if it has none:
+// the one this data dir already records (a cluster from before IDs lived
+// in Raft), or a new one.
+func (s *Server) writeClusterID() error {
+	if m, err := s.fsm.State().ClusterMetadata(nil); err == nil && m != nil {
+		s.syncClusterID()
+		return nil
+	}
+	id := s.markerClusterID()
+	if id == "" {
+		id = uuid.NewString()
+	}
+	req := &structs.ClusterMetadataRequest{Metadata: structs.ClusterMetadata{ClusterID: id, CreateTime: time.Now().UnixNano()}}
+	if _, _, err := s.raftApply(structs.ClusterMetadataRequestType, req); err != nil {
+		return err
+	}
+	s.syncClusterID()
+	return nil
 }
 
 // Fatal delivers the error that makes this server unfit to go on, such as

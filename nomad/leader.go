@@ -60,6 +60,10 @@ func (s *Server) establishLeadership(newTerm bool) {
 		}
 		return
 	}
+	// Before any duty starts, and outside leaderMu: a Raft apply. Once a
+	// leader serves, its cluster has an ID; should this write fail, a
+	// duty below retries it.
+	clusterIDErr := s.writeClusterID()
 
 	s.leaderMu.Lock()
 	defer s.leaderMu.Unlock()
@@ -73,11 +77,13 @@ func (s *Server) establishLeadership(newTerm bool) {
 	}
 	ctx, cancel := context.WithCancel(s.shutdownCtx)
 	s.leaderCancel = cancel
-	s.leaderWG.Add(1)
-	go func() {
-		defer s.leaderWG.Done()
-		s.ensureClusterID(ctx)
-	}()
+	if clusterIDErr != nil {
+		s.leaderWG.Add(1)
+		go func() {
+			defer s.leaderWG.Done()
+			s.ensureClusterID(ctx)
+		}()
+	}
 
 	if err := s.heartbeats.start(ctx, &s.leaderWG); err != nil {
 		// A leader that cannot watch its nodes would never free a dead
