@@ -175,6 +175,7 @@ func (m *allocManager) watch() {
 	}
 	var index uint64
 	backoff := m.cfg.MinRetryBackoff
+	held := false
 	for m.ctx.Err() == nil {
 		req := &structs.NodeSpecificRequest{
 			NodeID:       m.cfg.NodeID,
@@ -200,11 +201,18 @@ func (m *allocManager) watch() {
 			// Asked again from scratch after a pause: the list to act
 			// on comes from the other cluster's restored state, whose
 			// index may be anything.
+			held = true
 			index = 0
 			if !m.sleep(m.cfg.MaxRetryBackoff) {
 				return
 			}
 			continue
+		}
+		if held {
+			// What was reported while another cluster answered went to
+			// servers that did not know the allocations: say it again.
+			held = false
+			m.reportAll()
 		}
 		// An index that went backwards (servers restored from a snapshot)
 		// restarts the query from scratch rather than waiting forever.
@@ -290,8 +298,8 @@ func (m *allocManager) reconcile(allocs []*structs.Allocation) {
 	}
 }
 
-// anyLive reports whether any allocation here has a task not yet dead.
-func (m *allocManager) anyLive() bool {
+// reportAll sends every allocation's current status again.
+func (m *allocManager) reportAll() {
 	m.mu.Lock()
 	runners := make([]*allocRunner, 0, len(m.runners))
 	for _, ar := range m.runners {
@@ -299,11 +307,16 @@ func (m *allocManager) anyLive() bool {
 	}
 	m.mu.Unlock()
 	for _, ar := range runners {
-		if !ar.allDead() {
-			return true
-		}
+		ar.reportCurrent()
 	}
-	return false
+}
+
+// hasAllocs reports whether the client holds any allocation, running or
+// finished.
+func (m *allocManager) hasAllocs() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.runners) > 0
 }
 
 // killAll kills every task of every allocation and waits, up to ctx, until

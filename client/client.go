@@ -132,7 +132,7 @@ func NewClient(config *Config) (*Client, error) {
 		MaxRetryBackoff: config.MaxRetryBackoff,
 		StateReset:      damage != nil,
 	})
-	guard, err := newClusterGuard(config.DataDir, c.logger, c.allocs.anyLive)
+	guard, err := newClusterGuard(config.DataDir, c.logger, c.allocs.hasAllocs)
 	if err != nil {
 		cancel()
 		db.close()

@@ -21,8 +21,10 @@ import (
 type clusterGuard struct {
 	path   string
 	logger hclog.Logger
-	// live reports whether any allocation here still has a live task.
-	live func() bool
+	// hasAllocs reports whether this client holds any allocation, running
+	// or finished: a finished one whose end the servers have not heard of
+	// would be run again by a cluster that never knew it ended.
+	hasAllocs func() bool
 
 	// mu guards known and holdingFor.
 	mu         sync.Mutex
@@ -30,8 +32,8 @@ type clusterGuard struct {
 	holdingFor string
 }
 
-func newClusterGuard(dataDir string, logger hclog.Logger, live func() bool) (*clusterGuard, error) {
-	g := &clusterGuard{path: filepath.Join(dataDir, "client", "cluster-id"), logger: logger, live: live}
+func newClusterGuard(dataDir string, logger hclog.Logger, hasAllocs func() bool) (*clusterGuard, error) {
+	g := &clusterGuard{path: filepath.Join(dataDir, "client", "cluster-id"), logger: logger, hasAllocs: hasAllocs}
 	buf, err := os.ReadFile(g.path)
 	switch {
 	case err == nil:
@@ -44,8 +46,8 @@ func newClusterGuard(dataDir string, logger hclog.Logger, live func() bool) (*cl
 }
 
 // hold reports whether the allocation list of a cluster with ID observed
-// must be left unreconciled. A first cluster ID, or a new one while
-// nothing runs here, is adopted.
+// must be left unreconciled. A first cluster ID, or a new one while this
+// client holds no allocation at all, is adopted.
 func (g *clusterGuard) hold(observed string) bool {
 	if observed == "" {
 		return false // servers that do not have an ID yet
@@ -59,12 +61,12 @@ func (g *clusterGuard) hold(observed string) bool {
 			g.holdingFor = ""
 		}
 		return false
-	case g.known == "" || !g.live():
+	case g.known == "" || !g.hasAllocs():
 		if err := fsutil.WriteFileAtomic(g.path, []byte(observed+"\n"), 0o600); err != nil {
 			g.logger.Warn("could not record the cluster id", "error", err)
 		}
 		if g.known != "" {
-			g.logger.Info("joined another cluster; nothing was running here", "cluster_id", observed, "previous_cluster_id", g.known)
+			g.logger.Info("joined another cluster; this client held no allocations", "cluster_id", observed, "previous_cluster_id", g.known)
 		}
 		g.known, g.holdingFor = observed, ""
 		return false

@@ -2,6 +2,8 @@ package client
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -26,6 +28,17 @@ func (f *fakeServer) waitQueries(t *testing.T, n int) {
 	}), wait.Timeout(20*time.Second), wait.Gap(5*time.Millisecond)))
 }
 
+// restore puts a back as a snapshot restore would: as it was, its
+// AllocModifyIndex unchanged.
+func (f *fakeServer) restore(a *structs.Allocation) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	a = a.Copy()
+	a.ModifyIndex = f.index + 1
+	f.allocs[a.ID] = a
+	f.bumpLocked()
+}
+
 func (f *fakeServer) setCluster(id string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -42,7 +55,7 @@ func TestAllocManager_HoldsAllocsWhileAnotherClusterAnswers(t *testing.T) {
 	srv := newFakeServer("node-1")
 	srv.clusterID = "cluster-a"
 	var tm *testManager
-	guard, err := newClusterGuard(dir, hclog.NewNullLogger(), func() bool { return tm.anyLive() })
+	guard, err := newClusterGuard(dir, hclog.NewNullLogger(), func() bool { return tm.hasAllocs() })
 	must.NoError(t, err)
 	tm = startTestManagerWith(t, srv, dir, nil, func(c *allocManagerConfig) {
 		c.HoldFor = guard.hold
@@ -53,9 +66,10 @@ func TestAllocManager_HoldsAllocsWhileAnotherClusterAnswers(t *testing.T) {
 	running := waitStatus(t, srv, alloc.ID, structs.AllocClientStatusRunning)
 	started := running.TaskStates["web"].StartedAt
 
-	// Another cluster answers, with nothing for this node.
-	srv.remove(alloc.ID)
+	// Another cluster answers, with nothing for this node (the cluster
+	// changes first: its own cluster dropping it would stop it).
 	srv.setCluster("cluster-b")
+	srv.remove(alloc.ID)
 	srv.waitQueries(t, 5)
 	ar := tm.getRunner(alloc.ID)
 	must.NotNil(t, ar, must.Sprint("the allocation was dropped while another cluster answered"))
@@ -63,7 +77,7 @@ func TestAllocManager_HoldsAllocsWhileAnotherClusterAnswers(t *testing.T) {
 
 	// Its own cluster is back (restored): the task ran on untouched.
 	srv.setCluster("cluster-a")
-	srv.upsert(running)
+	srv.restore(running)
 	srv.waitQueries(t, 3)
 	got := waitStatus(t, srv, alloc.ID, structs.AllocClientStatusRunning)
 	must.Eq(t, started, got.TaskStates["web"].StartedAt, must.Sprint("the task was restarted"))
@@ -81,17 +95,54 @@ func TestAllocManager_HoldsAllocsWhileAnotherClusterAnswers(t *testing.T) {
 
 func TestClusterGuard_AdoptsWhenNothingRuns(t *testing.T) {
 	dir := t.TempDir()
-	live := true
-	g, err := newClusterGuard(dir, hclog.NewNullLogger(), func() bool { return live })
+	has := true
+	g, err := newClusterGuard(dir, hclog.NewNullLogger(), func() bool { return has })
 	must.NoError(t, err)
 	must.False(t, g.hold(""))
 	must.False(t, g.hold("a"))
 	must.True(t, g.hold("b"))
-	live = false
-	must.False(t, g.hold("b"), must.Sprint("nothing runs here: join the new cluster"))
+	has = false
+	must.False(t, g.hold("b"), must.Sprint("no allocation here: join the new cluster"))
 	// Remembered across restarts.
 	g2, err := newClusterGuard(dir, hclog.NewNullLogger(), func() bool { return true })
 	must.NoError(t, err)
 	must.False(t, g2.hold("b"))
 	must.True(t, g2.hold("a"))
+}
+
+// A task that ends while another cluster answers is reported to servers
+// that do not know it; once its own cluster answers again, the client
+// reports it once more, so the allocation (and its claims) can settle.
+func TestAllocManager_ReportsAgainAfterHold(t *testing.T) {
+	dir := t.TempDir()
+	flag := filepath.Join(t.TempDir(), "done")
+	srv := newFakeServer("node-1")
+	srv.clusterID = "cluster-a"
+	var tm *testManager
+	guard, err := newClusterGuard(dir, hclog.NewNullLogger(), func() bool { return tm.hasAllocs() })
+	must.NoError(t, err)
+	tm = startTestManagerWith(t, srv, dir, nil, func(c *allocManagerConfig) {
+		c.HoldFor = guard.hold
+		c.MaxRetryBackoff = 20 * time.Millisecond
+	})
+	alloc := testAlloc("node-1", structs.JobTypeBatch, noRestarts,
+		shTask("work", fmt.Sprintf("while [ ! -e %q ]; do sleep 0.05; done", flag)))
+	srv.upsert(alloc)
+	running := waitStatus(t, srv, alloc.ID, structs.AllocClientStatusRunning)
+
+	srv.setCluster("cluster-b")
+	srv.remove(alloc.ID)
+	srv.waitQueries(t, 3)
+	must.NoError(t, os.WriteFile(flag, nil, 0o644))
+	must.Wait(t, wait.InitialSuccess(wait.BoolFunc(func() bool { return tm.getRunner(alloc.ID).allDead() }),
+		wait.Timeout(20*time.Second), wait.Gap(10*time.Millisecond)))
+	// Flushed to servers that do not know the allocation.
+	srv.waitQueries(t, 3)
+
+	srv.setCluster("cluster-a")
+	srv.restore(running)
+	waitStatus(t, srv, alloc.ID, structs.AllocClientStatusComplete)
+	ar := tm.getRunner(alloc.ID)
+	must.NotNil(t, ar)
+	must.True(t, ar.allDead(), must.Sprint("the finished allocation was run again"))
 }
