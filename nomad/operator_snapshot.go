@@ -165,13 +165,16 @@ func (s *Server) RestoreSnapshotFile(file []byte) (*structs.SnapshotRestoreRespo
 		Term:    hdr.Term,
 		Size:    int64(len(body)),
 	}
+	// The leader's duties stop first, and the controller calls in flight
+	// (and their claim checkpoints) finish, as for a handoff: a call that
+	// ended after the restore would checkpoint into the restored state.
+	// Heartbeat timers, the eval broker and the volume watcher then start
+	// again from the restored state, whether or not the restore worked.
+	s.drainInFlight(s.shutdownCtx, time.Now(), s.revokeLeadership())
+	defer s.establishLeadership(false)
 	if err := s.raft.Restore(meta, bytes.NewReader(body), snapshotRestoreTimeout); err != nil {
 		return nil, fmt.Errorf("restore snapshot through raft: %w", err)
 	}
-	// Heartbeat timers, the eval broker and the volume watcher were armed
-	// from the state the restore replaced: start them again from the new.
-	s.revokeLeadership()
-	s.establishLeadership(false)
 	metrics.MeasureSince([]string{"snapshot", "restore"}, start)
 	restored := s.raft.LastIndex()
 	s.logger.Info("snapshot restored", "snapshot_index", hdr.Index, "snapshot_term", hdr.Term,

@@ -211,3 +211,40 @@ func TestOperator_SnapshotUploadLimits(t *testing.T) {
 	err = s.RPC("Operator.SnapshotRestore", &structs.SnapshotRestoreRequest{ID: id}, &resp)
 	must.ErrorIs(t, err, structs.ErrNotFound)
 }
+
+// A restore waits for the controller calls in flight, as a handoff does:
+// one that ended after the restore would checkpoint into the restored
+// state.
+func TestOperator_SnapshotRestoreDrainsControllerCalls(t *testing.T) {
+	s := testServer(t, nil)
+	waitForLeaderDuties(t, s)
+	file := downloadSnapshot(t, s)
+	release, finished := holdControllerCall(t, s)
+	before := s.fsm.State()
+	swapped := func() bool { return s.fsm.State() != before }
+
+	done := make(chan error, 1)
+	go func() {
+		_, err := uploadSnapshot(s, file)
+		done <- err
+	}()
+	must.Wait(t, wait.InitialSuccess(wait.BoolFunc(func() bool { return s.lanes.Load() == nil }),
+		wait.Timeout(5*time.Second), wait.Gap(5*time.Millisecond)))
+	// Without the drain the store is swapped within milliseconds of the
+	// lanes closing; it gets a second to (wrongly) do so.
+	deadline := time.Now().Add(time.Second)
+	for !swapped() && time.Now().Before(deadline) {
+		select {
+		case <-time.After(5 * time.Millisecond):
+		case err := <-done:
+			t.Fatalf("restore finished while a controller call was in flight: %v", err)
+		}
+	}
+	must.False(t, swapped(), must.Sprint("the state was restored while a controller call was in flight"))
+
+	close(release)
+	<-finished
+	must.NoError(t, <-done)
+	must.True(t, swapped())
+	waitForLeaderDuties(t, s)
+}
