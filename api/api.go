@@ -259,7 +259,10 @@ type request struct {
 	params url.Values
 	header http.Header
 	body   any
-	ctx    context.Context
+	// rawBody, if set, is sent as is (application/octet-stream) instead
+	// of body as JSON.
+	rawBody io.Reader
+	ctx     context.Context
 }
 
 func (c *Client) newRequest(method, path string) *request {
@@ -348,12 +351,18 @@ func (c *Client) do(r *request) (*http.Response, time.Duration, error) {
 		}
 		body = bytes.NewReader(buf)
 	}
+	if r.rawBody != nil {
+		body = r.rawBody
+	}
 	req, err := http.NewRequestWithContext(r.ctx, r.method, u.String(), body)
 	if err != nil {
 		return nil, 0, fmt.Errorf("api: build request: %w", err)
 	}
 	req.Header = r.header
-	if body != nil {
+	switch {
+	case r.rawBody != nil:
+		req.Header.Set("Content-Type", "application/octet-stream")
+	case body != nil:
 		req.Header.Set("Content-Type", "application/json")
 	}
 	start := time.Now()

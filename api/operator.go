@@ -3,6 +3,7 @@ package api
 import (
 	"net/http"
 	"net/url"
+	"time"
 )
 
 // Operator runs cluster administration.
@@ -19,6 +20,10 @@ type RaftServer struct {
 	Leader       bool
 	Voter        bool
 	RaftProtocol string
+	// Healthy and LastContact are the answering server's view of the
+	// peer (LastContact is 0 for itself, -1 if never heard from).
+	Healthy     bool
+	LastContact time.Duration
 }
 
 // RaftConfiguration is the Raft configuration and the index it was read at.

@@ -500,6 +500,30 @@ func (ar *allocRunner) taskStateChanged() {
 	ar.report(update, terminal)
 }
 
+// reportCurrent sends the allocation's current status again, as it is
+// now: for servers that lost an earlier report (see allocManager.watch).
+func (ar *allocRunner) reportCurrent() {
+	states := make(map[string]*structs.TaskState, len(ar.tasks))
+	for _, tr := range ar.tasks {
+		states[tr.task.Name] = tr.taskState()
+	}
+	status, desc := clientStatus(states)
+	ar.mu.Lock()
+	if status == structs.AllocClientStatusComplete && ar.stopReason != "" {
+		desc = ar.stopReason
+	}
+	update := &structs.Allocation{
+		ID:                ar.id,
+		NodeID:            ar.alloc.NodeID,
+		ClientStatus:      status,
+		ClientDescription: desc,
+		TaskStates:        states,
+		ModifyTime:        time.Now().UnixNano(),
+	}
+	ar.mu.Unlock()
+	ar.report(update, status == structs.AllocClientStatusComplete || status == structs.AllocClientStatusFailed)
+}
+
 // status returns the allocation's last computed client status.
 func (ar *allocRunner) status() (string, string) {
 	ar.mu.Lock()

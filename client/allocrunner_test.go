@@ -36,6 +36,10 @@ type fakeServer struct {
 	index   uint64
 	allocs  map[string]*structs.Allocation
 	updates int
+	// queries counts Node.GetClientAllocs calls.
+	queries int
+	// clusterID is answered with every allocation list.
+	clusterID string
 	// changed is closed and replaced on every change.
 	changed chan struct{}
 }
@@ -68,6 +72,9 @@ func (f *fakeServer) RPC(method string, args, reply any) error {
 	case "Node.GetClientAllocs":
 		req := args.(*structs.NodeSpecificRequest)
 		resp := reply.(*structs.NodeClientAllocsResponse)
+		f.mu.Lock()
+		f.queries++
+		f.mu.Unlock()
 		timer := time.NewTimer(req.MaxQueryTime)
 		defer timer.Stop()
 		for {
@@ -87,6 +94,7 @@ func (f *fakeServer) RPC(method string, args, reply any) error {
 		}
 		defer f.mu.Unlock()
 		resp.Index = f.index
+		resp.ClusterID = f.clusterID
 		resp.Allocs = nil
 		for _, a := range f.allocs {
 			if a.NodeID == req.NodeID {
@@ -168,6 +176,13 @@ func (tm *testManager) stop() {
 
 func startTestManager(t *testing.T, srv *fakeServer, dataDir string, hook VolumeHook) *testManager {
 	t.Helper()
+	return startTestManagerWith(t, srv, dataDir, hook, nil)
+}
+
+// startTestManagerWith is startTestManager with mutate applied to the
+// manager's config.
+func startTestManagerWith(t *testing.T, srv *fakeServer, dataDir string, hook VolumeHook, mutate func(*allocManagerConfig)) *testManager {
+	t.Helper()
 	logger := hclog.New(&hclog.LoggerOptions{Name: t.Name(), Level: hclog.Debug, Output: hclog.DefaultOutput})
 	db, err := openStateDB(dataDir)
 	must.NoError(t, err)
@@ -175,7 +190,7 @@ func startTestManager(t *testing.T, srv *fakeServer, dataDir string, hook Volume
 	must.NoError(t, err)
 	registered := make(chan struct{})
 	close(registered)
-	m := newAllocManager(allocManagerConfig{
+	cfg := allocManagerConfig{
 		NodeID:          srv.nodeID,
 		DataDir:         dataDir,
 		RPC:             srv,
@@ -188,7 +203,11 @@ func startTestManager(t *testing.T, srv *fakeServer, dataDir string, hook Volume
 		UpdateInterval:  20 * time.Millisecond,
 		MinRetryBackoff: 10 * time.Millisecond,
 		MaxRetryBackoff: 100 * time.Millisecond,
-	})
+	}
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	m := newAllocManager(cfg)
 	m.start()
 	tm := &testManager{allocManager: m, t: t, db: db}
 	t.Cleanup(tm.stop)

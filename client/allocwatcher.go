@@ -43,6 +43,14 @@ type allocManagerConfig struct {
 	MaxQueryTime time.Duration
 	// UpdateInterval is how often status updates are batched to the servers.
 	UpdateInterval time.Duration
+	// StateReset is set when the state DB was found damaged and replaced
+	// by an empty one: the allocations the servers list for this node in
+	// the first answer may have tasks running that this client no longer
+	// knows of, so they are held (see allocManager.held).
+	StateReset bool
+	// HoldFor, if set, is asked about the cluster ID of every allocation
+	// list; true leaves the list unreconciled (see clusterGuard).
+	HoldFor func(clusterID string) bool
 	// MinRetryBackoff and MaxRetryBackoff bound the waits after a failed
 	// query.
 	MinRetryBackoff time.Duration
@@ -67,6 +75,16 @@ type allocManager struct {
 
 	shutdownOnce sync.Once
 	shutdownErr  error
+
+	// held are allocations that were running before the state DB was
+	// lost. Starting one again would run a second copy of its tasks beside
+	// the first (whose executors outlived the client), both on its
+	// volumes; reporting it stopped would release its claims while those
+	// tasks may still write. So it is left alone, claims and all, for the
+	// operator. Set by the first reconcile after a reset; used only by the
+	// watch goroutine.
+	held        map[string]bool
+	heldDecided bool
 }
 
 func newAllocManager(cfg allocManagerConfig) *allocManager {
@@ -157,6 +175,7 @@ func (m *allocManager) watch() {
 	}
 	var index uint64
 	backoff := m.cfg.MinRetryBackoff
+	held := false
 	for m.ctx.Err() == nil {
 		req := &structs.NodeSpecificRequest{
 			NodeID:       m.cfg.NodeID,
@@ -178,6 +197,23 @@ func (m *allocManager) watch() {
 			continue
 		}
 		backoff = m.cfg.MinRetryBackoff
+		if m.cfg.HoldFor != nil && m.cfg.HoldFor(resp.ClusterID) {
+			// Asked again from scratch after a pause: the list to act
+			// on comes from the other cluster's restored state, whose
+			// index may be anything.
+			held = true
+			index = 0
+			if !m.sleep(m.cfg.MaxRetryBackoff) {
+				return
+			}
+			continue
+		}
+		if held {
+			// What was reported while another cluster answered went to
+			// servers that did not know the allocations: say it again.
+			held = false
+			m.reportAll()
+		}
 		// An index that went backwards (servers restored from a snapshot)
 		// restarts the query from scratch rather than waiting forever.
 		index = resp.Index
@@ -204,6 +240,21 @@ func (m *allocManager) sleep(d time.Duration) bool {
 func (m *allocManager) reconcile(allocs []*structs.Allocation) {
 	seen := make(map[string]bool, len(allocs))
 	sort.Slice(allocs, func(i, j int) bool { return allocs[i].ID < allocs[j].ID })
+	if m.cfg.StateReset && !m.heldDecided {
+		m.heldDecided = true
+		m.held = make(map[string]bool)
+		for _, alloc := range allocs {
+			if alloc == nil || alloc.DesiredStatus != structs.AllocDesiredStatusRun || alloc.ClientTerminalStatus() {
+				continue
+			}
+			if m.getRunner(alloc.ID) != nil {
+				continue
+			}
+			m.held[alloc.ID] = true
+			m.logger.Warn("allocation was placed here before the state db was lost; not starting it again and leaving its claims in place",
+				"alloc_id", alloc.ID, "name", alloc.Name, "client_status", alloc.ClientStatus)
+		}
+	}
 	for _, alloc := range allocs {
 		if alloc == nil || (alloc.NodeID != "" && alloc.NodeID != m.cfg.NodeID) {
 			continue
@@ -216,7 +267,7 @@ func (m *allocManager) reconcile(allocs []*structs.Allocation) {
 			}
 			continue
 		}
-		if alloc.DesiredStatus != structs.AllocDesiredStatusRun || alloc.ClientTerminalStatus() {
+		if alloc.DesiredStatus != structs.AllocDesiredStatusRun || alloc.ClientTerminalStatus() || m.held[alloc.ID] {
 			continue
 		}
 		m.logger.Info("starting allocation", "alloc_id", alloc.ID, "name", alloc.Name)
@@ -245,6 +296,27 @@ func (m *allocManager) reconcile(allocs []*structs.Allocation) {
 			m.mu.Unlock()
 		})
 	}
+}
+
+// reportAll sends every allocation's current status again.
+func (m *allocManager) reportAll() {
+	m.mu.Lock()
+	runners := make([]*allocRunner, 0, len(m.runners))
+	for _, ar := range m.runners {
+		runners = append(runners, ar)
+	}
+	m.mu.Unlock()
+	for _, ar := range runners {
+		ar.reportCurrent()
+	}
+}
+
+// hasAllocs reports whether the client holds any allocation, running or
+// finished.
+func (m *allocManager) hasAllocs() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.runners) > 0
 }
 
 // killAll kills every task of every allocation and waits, up to ctx, until

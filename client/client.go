@@ -73,9 +73,14 @@ func NewClient(config *Config) (*Client, error) {
 	if config.NodeName == "" {
 		config.NodeName = id.NodeID[:8]
 	}
-	db, err := openStateDB(config.DataDir)
+	db, movedTo, damage, err := openStateDBRecovering(config.DataDir)
 	if err != nil {
 		return nil, err
+	}
+	if damage != nil {
+		config.Logger.Named("client").Error("state db was damaged; moved it aside and started with an empty one. "+
+			"Allocations the servers list for this node are left alone with their claims; stop them once their tasks are known gone",
+			"moved_to", movedTo, "error", damage)
 	}
 	driver, err := rawexec.New(rawexec.Config{ExecutorPath: config.ExecutorPath, Logger: config.Logger.Named("client")})
 	if err != nil {
@@ -125,7 +130,15 @@ func NewClient(config *Config) (*Client, error) {
 		UpdateInterval:  allocUpdateInterval,
 		MinRetryBackoff: config.MinRetryBackoff,
 		MaxRetryBackoff: config.MaxRetryBackoff,
+		StateReset:      damage != nil,
 	})
+	guard, err := newClusterGuard(config.DataDir, c.logger, c.allocs.hasAllocs)
+	if err != nil {
+		cancel()
+		db.close()
+		return nil, err
+	}
+	c.allocs.cfg.HoldFor = guard.hold
 	// Restore first: tasks that survived a restart are re-attached before
 	// the servers are asked anything.
 	c.allocs.start()

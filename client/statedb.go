@@ -3,8 +3,10 @@ package client
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"time"
 
@@ -56,6 +58,91 @@ type restoredAlloc struct {
 	Handles map[string]*rawexec.HandleState
 }
 
+// errStateDBVersion is returned for a state DB of another schema version:
+// not damage, and not to be moved aside.
+var errStateDBVersion = errors.New("state db schema version")
+
+// errStateDBDamaged is returned for a state DB that bbolt cannot open, or
+// whose pages fail its consistency check.
+var errStateDBDamaged = errors.New("state db is damaged")
+
+// openStateDBRecovering opens the state DB under dataDir; one that is
+// damaged is moved aside (to state.db.damaged-<unix time>) and replaced by
+// an empty one. movedTo and damage say where it went and why; both are
+// empty when the DB opened as it was. A DB held by another process, or of
+// another schema version, is an error, not damage.
+func openStateDBRecovering(dataDir string) (db *stateDB, movedTo string, damage error, err error) {
+	db, err = openStateDBChecked(dataDir)
+	if err == nil {
+		return db, "", nil, nil
+	}
+	if !errors.Is(err, errStateDBDamaged) {
+		return nil, "", nil, err
+	}
+	path := filepath.Join(dataDir, "client", "state.db")
+	movedTo = fmt.Sprintf("%s.damaged-%d", path, time.Now().Unix())
+	if rerr := os.Rename(path, movedTo); rerr != nil {
+		return nil, "", nil, fmt.Errorf("%w; moving it aside failed: %w", err, rerr)
+	}
+	db, oerr := openStateDB(dataDir)
+	if oerr != nil {
+		return nil, "", nil, fmt.Errorf("client: open a fresh state db after moving the damaged one to %s: %w", movedTo, oerr)
+	}
+	return db, movedTo, err, nil
+}
+
+// openStateDBChecked is openStateDB followed by a read of every bucket and
+// key, in this goroutine. bbolt panics on some damaged pages, and a page
+// past the end of a truncated file faults in the mmap; with
+// SetPanicOnFault both are panics recovered here, and both are damage.
+// (bbolt's own tx.Check runs in a goroutine of its own, where neither
+// could be recovered.)
+func openStateDBChecked(dataDir string) (db *stateDB, err error) {
+	path := filepath.Join(dataDir, "client", "state.db")
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("client: %w: %s: %v", errStateDBDamaged, path, r)
+			db = nil
+		}
+	}()
+	db, err = openStateDB(dataDir)
+	if err != nil {
+		return nil, err
+	}
+	err = db.db.View(func(tx *bolt.Tx) error {
+		return tx.ForEach(func(_ []byte, b *bolt.Bucket) error { return walkBucket(b) })
+	})
+	if err != nil {
+		db.close()
+		return nil, fmt.Errorf("client: %w: %s: %w", errStateDBDamaged, path, err)
+	}
+	return db, nil
+}
+
+// walkBucket reads every key and value of b and its nested buckets, byte
+// by byte, so that a fault in the mmap happens here and not later in a
+// decode.
+func walkBucket(b *bolt.Bucket) error {
+	var sum byte
+	return b.ForEach(func(k, v []byte) error {
+		for _, c := range k {
+			sum ^= c
+		}
+		for _, c := range v {
+			sum ^= c
+		}
+		if v == nil {
+			nested := b.Bucket(k)
+			if nested == nil {
+				return fmt.Errorf("key %q has no value and is not a bucket", k)
+			}
+			return walkBucket(nested)
+		}
+		return nil
+	})
+}
+
 // openStateDB opens (creating) the state DB under dataDir. Another client
 // holding the same file makes it fail after a short wait instead of
 // blocking forever.
@@ -66,7 +153,13 @@ func openStateDB(dataDir string) (*stateDB, error) {
 	}
 	path := filepath.Join(dir, "state.db")
 	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 5 * time.Second})
+	if errors.Is(err, bolt.ErrTimeout) {
+		return nil, fmt.Errorf("client: open state db %s: held by another process: %w", path, err)
+	}
 	if err != nil {
+		if boltDamage(err) {
+			return nil, fmt.Errorf("client: %w: open %s: %w", errStateDBDamaged, path, err)
+		}
 		return nil, fmt.Errorf("client: open state db %s: %w", path, err)
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
@@ -75,7 +168,7 @@ func openStateDB(dataDir string) (*stateDB, error) {
 			return err
 		}
 		if v := meta.Get(keyVersion); v != nil && string(v) != stateDBVersion {
-			return fmt.Errorf("schema version %q, this client knows %q", v, stateDBVersion)
+			return fmt.Errorf("%w %q, this client knows %q", errStateDBVersion, v, stateDBVersion)
 		}
 		if err := meta.Put(keyVersion, []byte(stateDBVersion)); err != nil {
 			return err
@@ -85,12 +178,23 @@ func openStateDB(dataDir string) (*stateDB, error) {
 	})
 	if err != nil {
 		db.Close()
+		if !errors.Is(err, errStateDBVersion) {
+			err = fmt.Errorf("%w: %w", errStateDBDamaged, err)
+		}
 		return nil, fmt.Errorf("client: init state db %s: %w", path, err)
 	}
 	return &stateDB{db: db}, nil
 }
 
 func (s *stateDB) close() error { return s.db.Close() }
+
+// boltDamage reports whether bolt.Open failed on the file's contents, as
+// opposed to permissions or a lock.
+func boltDamage(err error) bool {
+	return errors.Is(err, bolt.ErrInvalid) || errors.Is(err, bolt.ErrVersionMismatch) ||
+		errors.Is(err, bolt.ErrChecksum) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		strings.Contains(err.Error(), "file size too small")
+}
 
 func encodeMsgpack(v any) ([]byte, error) {
 	var buf []byte

@@ -129,8 +129,9 @@ func runAgent(args []string, out, errOut io.Writer) int {
 	signal.Notify(hupCh, syscall.SIGHUP)
 	sigCh := make(chan os.Signal, 2)
 	signal.Notify(sigCh, syscall.SIGINT, syscall.SIGTERM)
+	code := 0
 	var sig os.Signal
-	for sig == nil {
+	for sig == nil && code == 0 {
 		select {
 		case <-hupCh:
 			if err := a.ReloadTLS(); err != nil {
@@ -139,9 +140,12 @@ func runAgent(args []string, out, errOut io.Writer) int {
 				fmt.Fprintln(out, "==> Caught SIGHUP, reloaded TLS certificates")
 			}
 		case sig = <-sigCh:
+			fmt.Fprintf(out, "==> Caught %s, shutting down (send again to exit at once)\n", sig)
+		case err := <-a.Fatal():
+			fmt.Fprintf(errOut, "roam agent: %v\n", err)
+			code = 1
 		}
 	}
-	fmt.Fprintf(out, "==> Caught %s, shutting down (send again to exit at once)\n", sig)
 	done := make(chan error, 1)
 	go func() { done <- a.Shutdown(context.Background()) }()
 	select {
@@ -150,7 +154,7 @@ func runAgent(args []string, out, errOut io.Writer) int {
 			fmt.Fprintf(errOut, "roam agent: shutdown: %v\n", err)
 			return 1
 		}
-		return 0
+		return code
 	case sig := <-sigCh:
 		fmt.Fprintf(errOut, "==> Caught second %s, exiting now\n", sig)
 		return 1

@@ -228,8 +228,8 @@ func TestCLI_OperatorRaft(t *testing.T) {
 	code, out, errOut := run("operator", "raft", "list-peers", "-address", addr)
 	must.EqOp(t, 0, code, must.Sprint(errOut))
 	must.Eq(t, []string{
-		"Node ID Address State Voter RaftProtocol",
-		a.Config().Name + " " + a.Server().ID() + " " + a.Server().Addr() + " leader true 3",
+		"Node ID Address State Voter RaftProtocol Health LastContact",
+		a.Config().Name + " " + a.Server().ID() + " " + a.Server().Addr() + " leader true 3 healthy -",
 	}, lines(out))
 
 	code, out, _ = run("operator", "raft", "list-peers", "-stale", "-json", "-address", addr)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"time"
 
 	"github.com/roamhq/roam/api"
 )
@@ -41,7 +42,7 @@ func runRaftListPeers(args []string, out, errOut io.Writer) int {
 		}
 		return 0
 	}
-	rows := [][]string{{"Node", "ID", "Address", "State", "Voter", "RaftProtocol"}}
+	rows := [][]string{{"Node", "ID", "Address", "State", "Voter", "RaftProtocol", "Health", "LastContact"}}
 	for _, s := range cfg.Servers {
 		state := "follower"
 		if s.Leader {
@@ -51,7 +52,18 @@ func runRaftListPeers(args []string, out, errOut io.Writer) int {
 		if node == "" {
 			node = "(unknown)"
 		}
-		rows = append(rows, []string{node, s.ID, s.Address, state, strconv.FormatBool(s.Voter), s.RaftProtocol})
+		health := "unhealthy"
+		if s.Healthy {
+			health = "healthy"
+		}
+		contact := "-"
+		switch {
+		case s.LastContact < 0:
+			contact = "never"
+		case s.LastContact > 0:
+			contact = s.LastContact.Round(time.Millisecond).String()
+		}
+		rows = append(rows, []string{node, s.ID, s.Address, state, strconv.FormatBool(s.Voter), s.RaftProtocol, health, contact})
 	}
 	fmt.Fprint(out, formatColumns(rows))
 	return 0

@@ -48,6 +48,11 @@ type Config struct {
 	// MemberFailAfter marks a server failed after this long without an answer.
 	MemberFailAfter time.Duration
 
+	// DeadServerCleanupAfter removes a voter from the Raft configuration
+	// once it has been unreachable this long, if the cluster stays at a
+	// quorum-safe size (see deadServersToRemove). Zero turns it off.
+	DeadServerCleanupAfter time.Duration
+
 	// RaftMultiplier scales Raft's LAN timers; 1 is the fastest supported.
 	RaftMultiplier int
 	// RaftConfig is derived from the multiplier; tests may tune it directly.
@@ -93,6 +98,10 @@ type Config struct {
 	// RPCHoldTimeout is how long a request waits for a leader before
 	// failing with ErrNoLeader.
 	RPCHoldTimeout time.Duration
+	// SnapshotMaxBytes bounds a snapshot file the server saves or takes
+	// for restore; zero means DefaultSnapshotMaxBytes.
+	SnapshotMaxBytes int64
+
 	// RPCMaxFrameBytes bounds one RPC request (header plus body).
 	RPCMaxFrameBytes int
 	// RPCHandshakeTimeout bounds the wait for a new connection's first byte.
@@ -141,6 +150,7 @@ func DefaultConfig() *Config {
 		BootstrapExpect:        1,
 		JoinInterval:           time.Second,
 		MemberFailAfter:        5 * time.Second,
+		DeadServerCleanupAfter: DefaultDeadServerCleanupAfter,
 		RaftMultiplier:         1,
 		MinHeartbeatTTL:        10 * time.Second,
 		MaxHeartbeatsPerSecond: 50,
@@ -249,6 +259,10 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("config: join interval = %s, must be positive", c.JoinInterval)
 	case c.MemberFailAfter <= c.JoinInterval:
 		return fmt.Errorf("config: member fail after = %s, must exceed the join interval %s", c.MemberFailAfter, c.JoinInterval)
+	case c.DeadServerCleanupAfter < 0:
+		return fmt.Errorf("config: dead server cleanup after = %s, must not be negative", c.DeadServerCleanupAfter)
+	case c.DeadServerCleanupAfter > 0 && c.DeadServerCleanupAfter <= c.MemberFailAfter:
+		return fmt.Errorf("config: dead server cleanup after = %s, must exceed the member fail time %s", c.DeadServerCleanupAfter, c.MemberFailAfter)
 	}
 	return nil
 }

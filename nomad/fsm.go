@@ -25,6 +25,7 @@ const (
 	snapEval
 	snapCSIVolume
 	snapCSIPlugin
+	snapClusterMeta
 )
 
 // FSM applies committed Raft entries to the state store. Apply touches
@@ -174,6 +175,10 @@ var fsmAppliers = map[structs.MessageType]fsmApplier{
 		func(st *state.StateStore, index uint64, req *structs.CSIVolumeClaimUpdateRequest) ([]*structs.Evaluation, error) {
 			return nil, st.UpdateCSIVolumeClaim(index, req.Namespace, req.VolumeID, req.Claim)
 		}),
+	structs.ClusterMetadataRequestType: decodeApply(structs.ClusterMetadataRequestType,
+		func(st *state.StateStore, index uint64, req *structs.ClusterMetadataRequest) ([]*structs.Evaluation, error) {
+			return nil, st.SetClusterMetadata(index, &req.Metadata)
+		}),
 	structs.NodeUpdateEligibilityRequestType: decodeApply(structs.NodeUpdateEligibilityRequestType,
 		func(st *state.StateStore, index uint64, req *structs.NodeUpdateEligibilityRequest) ([]*structs.Evaluation, error) {
 			return req.Evals, st.UpdateNodeEligibility(index, req.NodeID, req.Eligibility, req.UpdatedAt, req.Evals)
@@ -190,88 +195,119 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 // blocked query on the old store.
 func (f *FSM) Restore(rc io.ReadCloser) error {
 	defer rc.Close()
-	fresh, err := state.NewStateStore()
+	fresh, _, err := restoreStore(rc)
 	if err != nil {
 		return err
 	}
+	f.mu.Lock()
+	old := f.state
+	f.state = fresh
+	f.mu.Unlock()
+	old.Abandon()
+	return nil
+}
+
+// snapshotTables names each record type's table, as counts are reported.
+var snapshotTables = map[snapshotRecord]string{
+	snapIndex:       "index",
+	snapNode:        "nodes",
+	snapJob:         "jobs",
+	snapAlloc:       "allocs",
+	snapEval:        "evals",
+	snapCSIVolume:   "csi_volumes",
+	snapCSIPlugin:   "csi_plugins",
+	snapClusterMeta: "cluster_meta",
+}
+
+// restoreStore reads a snapshot stream (as Persist writes it) into a new
+// store and counts the objects of each table. The stream must end with its
+// end record: a stream cut short is an error, and nothing of it is kept.
+func restoreStore(r io.Reader) (*state.StateStore, map[string]int, error) {
+	fresh, err := state.NewStateStore()
+	if err != nil {
+		return nil, nil, err
+	}
 	restore := fresh.Restore()
 	defer restore.Abort()
+	counts := make(map[string]int, len(snapshotTables))
+	for _, table := range snapshotTables {
+		counts[table] = 0
+	}
 
-	dec := codec.NewDecoder(rc, structs.MsgpackHandle)
+	dec := codec.NewDecoder(r, structs.MsgpackHandle)
 	for {
 		var rec snapshotRecord
 		if err := dec.Decode(&rec); err != nil {
-			return fmt.Errorf("fsm: restore: read record type: %w", err)
+			return nil, nil, fmt.Errorf("fsm: restore: read record type: %w", err)
 		}
-		switch rec {
-		case snapEnd:
+		if rec == snapEnd {
 			restore.Commit()
-			f.mu.Lock()
-			old := f.state
-			f.state = fresh
-			f.mu.Unlock()
-			old.Abandon()
-			return nil
-		case snapIndex:
-			var e state.IndexEntry
-			if err := dec.Decode(&e); err != nil {
-				return fmt.Errorf("fsm: restore index: %w", err)
-			}
-			if err := restore.IndexEntry(&e); err != nil {
-				return err
-			}
-		case snapNode:
-			var n structs.Node
-			if err := dec.Decode(&n); err != nil {
-				return fmt.Errorf("fsm: restore node: %w", err)
-			}
-			if err := restore.Node(&n); err != nil {
-				return err
-			}
-		case snapJob:
-			var j structs.Job
-			if err := dec.Decode(&j); err != nil {
-				return fmt.Errorf("fsm: restore job: %w", err)
-			}
-			if err := restore.Job(&j); err != nil {
-				return err
-			}
-		case snapAlloc:
-			var a structs.Allocation
-			if err := dec.Decode(&a); err != nil {
-				return fmt.Errorf("fsm: restore alloc: %w", err)
-			}
-			if err := restore.Alloc(&a); err != nil {
-				return err
-			}
-		case snapEval:
-			var e structs.Evaluation
-			if err := dec.Decode(&e); err != nil {
-				return fmt.Errorf("fsm: restore eval: %w", err)
-			}
-			if err := restore.Eval(&e); err != nil {
-				return err
-			}
-		case snapCSIVolume:
-			var v structs.CSIVolume
-			if err := dec.Decode(&v); err != nil {
-				return fmt.Errorf("fsm: restore volume: %w", err)
-			}
-			if err := restore.CSIVolume(&v); err != nil {
-				return err
-			}
-		case snapCSIPlugin:
-			var p structs.CSIPlugin
-			if err := dec.Decode(&p); err != nil {
-				return fmt.Errorf("fsm: restore plugin: %w", err)
-			}
-			if err := restore.CSIPlugin(&p); err != nil {
-				return err
-			}
-		default:
-			return fmt.Errorf("fsm: restore: unknown record type %d", rec)
+			return fresh, counts, nil
 		}
+		table, ok := snapshotTables[rec]
+		if !ok {
+			return nil, nil, fmt.Errorf("fsm: restore: unknown record type %d", rec)
+		}
+		if err := restoreRecord(dec, restore, rec); err != nil {
+			return nil, nil, fmt.Errorf("fsm: restore %s: %w", table, err)
+		}
+		counts[table]++
 	}
+}
+
+// restoreRecord decodes one object of type rec and adds it to restore.
+func restoreRecord(dec *codec.Decoder, restore *state.Restore, rec snapshotRecord) error {
+	switch rec {
+	case snapIndex:
+		var e state.IndexEntry
+		if err := dec.Decode(&e); err != nil {
+			return err
+		}
+		return restore.IndexEntry(&e)
+	case snapNode:
+		var n structs.Node
+		if err := dec.Decode(&n); err != nil {
+			return err
+		}
+		return restore.Node(&n)
+	case snapJob:
+		var j structs.Job
+		if err := dec.Decode(&j); err != nil {
+			return err
+		}
+		return restore.Job(&j)
+	case snapAlloc:
+		var a structs.Allocation
+		if err := dec.Decode(&a); err != nil {
+			return err
+		}
+		return restore.Alloc(&a)
+	case snapEval:
+		var e structs.Evaluation
+		if err := dec.Decode(&e); err != nil {
+			return err
+		}
+		return restore.Eval(&e)
+	case snapCSIVolume:
+		var v structs.CSIVolume
+		if err := dec.Decode(&v); err != nil {
+			return err
+		}
+		return restore.CSIVolume(&v)
+	case snapCSIPlugin:
+		var p structs.CSIPlugin
+		if err := dec.Decode(&p); err != nil {
+			return err
+		}
+		return restore.CSIPlugin(&p)
+	case snapClusterMeta:
+		var m structs.ClusterMetadata
+		if err := dec.Decode(&m); err != nil {
+			return err
+		}
+		return restore.ClusterMetadata(&m)
+	}
+	return fmt.Errorf("unknown record type %d", rec)
 }
 
 type fsmSnapshot struct {
@@ -361,6 +397,15 @@ func (s *fsmSnapshot) persist(w io.Writer) error {
 	}
 	for _, p := range plugins {
 		if err := write(snapCSIPlugin, p); err != nil {
+			return err
+		}
+	}
+	meta, err := s.snap.ClusterMetadata(nil)
+	if err != nil {
+		return err
+	}
+	if meta != nil {
+		if err := write(snapClusterMeta, meta); err != nil {
 			return err
 		}
 	}

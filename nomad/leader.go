@@ -60,6 +60,10 @@ func (s *Server) establishLeadership(newTerm bool) {
 		}
 		return
 	}
+	// Before any duty starts, and outside leaderMu: a Raft apply. Once a
+	// leader serves, its cluster has an ID; should this write fail, a
+	// duty below retries it.
+	clusterIDErr := s.writeClusterID()
 
 	s.leaderMu.Lock()
 	defer s.leaderMu.Unlock()
@@ -73,6 +77,13 @@ func (s *Server) establishLeadership(newTerm bool) {
 	}
 	ctx, cancel := context.WithCancel(s.shutdownCtx)
 	s.leaderCancel = cancel
+	if clusterIDErr != nil {
+		s.leaderWG.Add(1)
+		go func() {
+			defer s.leaderWG.Done()
+			s.ensureClusterID(ctx)
+		}()
+	}
 
 	if err := s.heartbeats.start(ctx, &s.leaderWG); err != nil {
 		// A leader that cannot watch its nodes would never free a dead
@@ -174,12 +185,15 @@ func (s *Server) revokeLeadership() *controllerLanes {
 }
 
 // reconcileLoop keeps the Raft configuration in step with the servers that
-// have joined: a new server becomes a voter as soon as the leader hears of it.
+// have joined: a new server becomes a voter as soon as the leader hears of
+// it, and one unreachable past DeadServerCleanupAfter is removed.
 func (s *Server) reconcileLoop(ctx context.Context) {
 	ticker := time.NewTicker(s.config.JoinInterval)
 	defer ticker.Stop()
+	leaderSince := time.Now()
 	for {
 		s.reconcileVoters()
+		s.pruneDeadServers(leaderSince)
 		select {
 		case <-ticker.C:
 		case <-ctx.Done():

@@ -70,6 +70,18 @@ func (l *memberList) markLeft(id string) {
 	l.left[id] = time.Now()
 }
 
+// lastSeen returns when server id last answered or called, if ever since
+// this server started (or since it was marked left).
+func (l *memberList) lastSeen(id string) (time.Time, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	st, ok := l.members[id]
+	if !ok {
+		return time.Time{}, false
+	}
+	return st.lastSeen, true
+}
+
 // learn records an address worth probing.
 func (l *memberList) learn(addr string) {
 	if addr == "" || addr == l.self.Addr {
@@ -160,8 +172,12 @@ func (s *Server) joinLoop() {
 }
 
 func (s *Server) probeMembers() {
-	req := structs.ServerJoinRequest{Member: *s.selfMember(), HasState: s.hasRaftState.Load()}
-	var wg sync.WaitGroup
+	req := structs.ServerJoinRequest{Member: *s.selfMember(), HasState: s.hasRaftState.Load(), ClusterID: s.ClusterID()}
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		probe clusterProbe
+	)
 	for _, addr := range s.members.targets() {
 		wg.Add(1)
 		go func() {
@@ -178,6 +194,23 @@ func (s *Server) probeMembers() {
 					"address", addr, "region", resp.Self.Region)
 				return
 			}
+			if ours := req.ClusterID; ours != "" && resp.ClusterID != "" && resp.ClusterID != ours {
+				s.logger.Warn("server at join address is in another cluster; ignoring",
+					"address", addr, "its_cluster_id", resp.ClusterID, "cluster_id", ours)
+				mu.Lock()
+				probe.other++
+				if resp.LeaderAddr != "" && resp.LeaderAddr == resp.Self.Addr {
+					probe.otherLeader = &resp
+				}
+				mu.Unlock()
+				return
+			}
+			if req.ClusterID != "" && resp.ClusterID == req.ClusterID {
+				mu.Lock()
+				probe.same++
+				mu.Unlock()
+			}
+			s.learnClusterID(&resp)
 			s.members.seen(resp.Self, resp.HasState)
 			for _, m := range resp.Members {
 				s.members.learn(m.Addr)
@@ -185,6 +218,7 @@ func (s *Server) probeMembers() {
 		}()
 	}
 	wg.Wait()
+	s.judgeClusterProbe(&probe)
 }
 
 // maybeBootstrap bootstraps a new cluster once BootstrapExpect servers

@@ -143,6 +143,7 @@ func (n *Node) heartbeatReply(nodeID, status string, reply *structs.NodeUpdateRe
 		reply.HeartbeatTTL = ttl
 	}
 	reply.LeaderRPCAddr, _ = n.srv.Leader()
+	reply.ClusterID = n.srv.ClusterID()
 	for _, m := range n.srv.members.alive() {
 		reply.Servers = append(reply.Servers, &structs.NodeServerInfo{
 			RPCAdvertiseAddr: m.Addr,

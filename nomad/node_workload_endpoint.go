@@ -38,7 +38,15 @@ func (n *Node) GetClientAllocs(args *structs.NodeSpecificRequest, reply *structs
 		if err != nil {
 			return err
 		}
+		meta, err := store.ClusterMetadata(ws)
+		if err != nil {
+			return err
+		}
 		reply.Allocs = allocs
+		reply.ClusterID = ""
+		if meta != nil {
+			reply.ClusterID = meta.ClusterID
+		}
 		reply.Index = maxModifyIndex(allocs)
 		return nil
 	})

@@ -2,6 +2,7 @@ package nomad
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/hashicorp/raft"
 	"github.com/roamhq/roam/structs"
@@ -26,6 +27,7 @@ func (op *Operator) RaftGetConfiguration(args *structs.GenericRequest, reply *st
 		names[m.ID] = m.Name
 	}
 	_, leaderID := op.srv.Leader()
+	now := time.Now()
 	reply.Index = index
 	reply.Servers = make([]*structs.RaftServer, 0, len(cfg.Servers))
 	for _, s := range cfg.Servers {
@@ -37,6 +39,16 @@ func (op *Operator) RaftGetConfiguration(args *structs.GenericRequest, reply *st
 			Voter:        s.Suffrage == raft.Voter,
 			RaftProtocol: "3",
 		})
+		rs := reply.Servers[len(reply.Servers)-1]
+		switch last, ok := op.srv.members.lastSeen(rs.ID); {
+		case rs.ID == op.srv.ID():
+			rs.Healthy = true
+		case ok:
+			rs.LastContact = now.Sub(last)
+			rs.Healthy = rs.LastContact <= op.srv.config.MemberFailAfter
+		default:
+			rs.LastContact = -1
+		}
 	}
 	return nil
 }

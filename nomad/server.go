@@ -101,6 +101,17 @@ type Server struct {
 
 	// nodeConns maps node IDs to the client sessions held by this server.
 	nodeConns *nodeConns
+
+	// snapshots holds snapshot files between the chunk RPCs that move them.
+	snapshots snapshotStaging
+
+	// dataDir keeps the data dir's marker; nil in dev mode.
+	dataDir *dataDirState
+	// memClusterID holds the cluster ID in dev mode (no data dir).
+	memClusterID atomic.Value
+	// fatalCh carries the error that makes this server unfit to run on
+	// (see Fatal).
+	fatalCh chan error
 }
 
 // NewServer starts a server: it binds the RPC port, opens Raft on the data
@@ -147,6 +158,7 @@ func NewServer(config *Config) (*Server, error) {
 		shutdownCancel: cancel,
 		conns:          make(map[net.Conn]struct{}),
 		nodeConns:      newNodeConns(),
+		fatalCh:        make(chan error, 1),
 	}
 	s.listener = connlimit.Listen(ln, s.connLimiter, s.refuseOverCap)
 	s.members = newMemberList(s.selfMember(), config.MemberFailAfter)
@@ -259,6 +271,11 @@ func (s *Server) setupRaft() error {
 		logs, stable = store, store
 		snaps = raft.NewInmemSnapshotStore()
 	} else {
+		dd, err := openDataDir(s.config.DataDir, s.config.Region)
+		if err != nil {
+			return err
+		}
+		s.dataDir = dd
 		dir := filepath.Join(s.config.DataDir, "raft")
 		if err := os.MkdirAll(filepath.Join(dir, "wal"), 0o700); err != nil {
 			return fmt.Errorf("server: create raft dir: %w", err)
@@ -278,6 +295,9 @@ func (s *Server) setupRaft() error {
 			return fmt.Errorf("server: open snapshot store: %w", err)
 		}
 		snaps = fss
+		if err := s.dataDir.checkRaft(s.config.DataDir, logs, snaps); err != nil {
+			return err
+		}
 	}
 
 	has, err := raft.HasExistingState(logs, stable, snaps)
@@ -288,9 +308,19 @@ func (s *Server) setupRaft() error {
 
 	r, err := raft.NewRaft(rc, s.fsm, logs, stable, snaps, s.raftTransport)
 	if err != nil {
+		if s.dataDir != nil {
+			return fmt.Errorf("%w: start raft on %s: %w; if its snapshots or log are damaged, move the data dir aside "+
+				"and start this server empty so it rejoins the cluster", ErrDataDirDamaged, s.config.DataDir, err)
+		}
 		return fmt.Errorf("server: start raft: %w", err)
 	}
 	s.raft = r
+	if s.dataDir != nil {
+		if err := s.dataDir.record(r.AppliedIndex()); err != nil {
+			s.logger.Warn("could not write the data dir marker", "error", err)
+		}
+		s.goTracked(s.recordAppliedLoop)
+	}
 	if !has && s.config.BootstrapExpect == 1 {
 		if err := s.bootstrap([]*structs.ServerMember{s.selfMember()}); err != nil {
 			return err
@@ -626,6 +656,11 @@ func (s *Server) Shutdown(ctx context.Context) error {
 
 		if err := s.raft.Shutdown().Error(); err != nil {
 			errs = append(errs, fmt.Errorf("raft shutdown: %w", err))
+		}
+		if s.dataDir != nil {
+			if err := s.dataDir.record(s.raft.AppliedIndex()); err != nil {
+				errs = append(errs, err)
+			}
 		}
 		s.raftLayer.Close()
 		if err := s.raftTransport.Close(); err != nil {

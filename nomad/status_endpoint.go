@@ -72,7 +72,14 @@ func (st *Status) Join(args *structs.ServerJoinRequest, reply *structs.ServerJoi
 	if args.Member.ID == "" || args.Member.Addr == "" {
 		return structs.ErrInvalidRequest
 	}
-	if args.Member.Region == srv.config.Region {
+	ours := srv.ClusterID()
+	foreign := ours != "" && args.ClusterID != "" && args.ClusterID != ours
+	if foreign {
+		// Answered, so it can tell it is in the wrong place, but never
+		// counted as a member: the leader would add it as a voter.
+		srv.logger.Warn("ignoring a server of another cluster", "id", args.Member.ID, "address", args.Member.Addr,
+			"its_cluster_id", args.ClusterID, "cluster_id", ours)
+	} else if args.Member.Region == srv.config.Region {
 		srv.members.seen(args.Member, args.HasState)
 	}
 	leaderAddr, _ := srv.Leader()
@@ -80,7 +87,10 @@ func (st *Status) Join(args *structs.ServerJoinRequest, reply *structs.ServerJoi
 		Self:       *srv.selfMember(),
 		HasState:   srv.hasRaftState.Load(),
 		LeaderAddr: leaderAddr,
-		Members:    srv.members.list(),
+		ClusterID:  ours,
+	}
+	if !foreign {
+		reply.Members = srv.members.list()
 	}
 	return nil
 }

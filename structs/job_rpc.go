@@ -165,6 +165,10 @@ type SingleEvalResponse struct {
 // node's allocations.
 type NodeClientAllocsResponse struct {
 	Allocs []*Allocation
+	// ClusterID is the cluster whose state the list comes from ("" from a
+	// cluster that has none yet): a client holds its allocations rather
+	// than reconcile them against another cluster's empty list.
+	ClusterID string
 	QueryMeta
 }
 

@@ -297,6 +297,8 @@ type NodeUpdateResponse struct {
 	LeaderRPCAddr string
 	// Servers are the servers the client may use.
 	Servers []*NodeServerInfo
+	// ClusterID is the cluster the answering servers belong to, if known.
+	ClusterID string
 	// QueryMeta.Index is the index of the write, or of the node as read.
 	QueryMeta
 }

@@ -1,5 +1,7 @@
 package structs
 
+import "time"
+
 // ServerMember is one server as this cluster's membership sees it.
 type ServerMember struct {
 	ID         string
@@ -38,6 +40,9 @@ type ServerJoinRequest struct {
 	// HasState tells the peer whether the sender already belongs to a Raft
 	// configuration (it must not be bootstrapped again).
 	HasState bool
+	// ClusterID is the cluster the sender's Raft state belongs to, if it
+	// knows one.
+	ClusterID string
 	WriteRequest
 }
 
@@ -47,7 +52,9 @@ type ServerJoinResponse struct {
 	HasState bool
 	// LeaderAddr is the leader's RPC address if the peer knows it.
 	LeaderAddr string
-	Members    []*ServerMember
+	// ClusterID is the cluster the peer's Raft state belongs to, if known.
+	ClusterID string
+	Members   []*ServerMember
 }
 
 // RaftServer is one entry of the Raft configuration.
@@ -58,6 +65,12 @@ type RaftServer struct {
 	Leader       bool
 	Voter        bool
 	RaftProtocol string
+	// Healthy is set for the answering server and for peers it heard
+	// from within the member fail time.
+	Healthy bool
+	// LastContact is how long ago the answering server last heard from
+	// the peer (0 for itself; -1 if never).
+	LastContact time.Duration
 }
 
 // RaftConfigurationResponse is the Raft configuration with the index it was
@@ -90,3 +103,62 @@ type TransferLeadershipResponse struct {
 
 // StatusPingResponse is empty; a reply means the server is up.
 type StatusPingResponse struct{}
+
+// SnapshotSaveRequest asks the leader to take a snapshot of all state and
+// hold the file for SnapshotRead.
+type SnapshotSaveRequest struct {
+	WriteRequest
+}
+
+// SnapshotSaveResponse names the held file.
+type SnapshotSaveResponse struct {
+	ID    string
+	Size  int64
+	Index uint64
+	Term  uint64
+}
+
+// SnapshotChunkRequest reads the held file ID from Offset.
+type SnapshotChunkRequest struct {
+	ID     string
+	Offset int64
+	WriteRequest
+}
+
+// SnapshotChunkResponse is one piece of a held file; Done is set on the
+// last, after which the leader forgets the file.
+type SnapshotChunkResponse struct {
+	Data []byte
+	Done bool
+}
+
+// SnapshotUploadRequest sends one piece of a snapshot file to the leader,
+// at Offset of the upload ID (empty ID and Offset 0 start a new upload).
+type SnapshotUploadRequest struct {
+	ID     string
+	Offset int64
+	Data   []byte
+	WriteRequest
+}
+
+// SnapshotUploadResponse names the upload and how much of it arrived.
+type SnapshotUploadResponse struct {
+	ID       string
+	Received int64
+}
+
+// SnapshotRestoreRequest restores the uploaded file ID through Raft.
+type SnapshotRestoreRequest struct {
+	ID string
+	WriteRequest
+}
+
+// SnapshotRestoreResponse reports what was restored: the snapshot's own
+// index and term, the Raft index the restore was written at, and the
+// objects per table.
+type SnapshotRestoreResponse struct {
+	Index         uint64
+	Term          uint64
+	RestoredIndex uint64
+	Counts        map[string]int
+}

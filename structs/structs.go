@@ -27,6 +27,7 @@ const (
 	CSIVolumeRegisterRequestType
 	CSIVolumeDeregisterRequestType
 	CSIVolumeClaimRequestType
+	ClusterMetadataRequestType
 )
 
 // String names the message type for logs and errors.
@@ -60,6 +61,8 @@ func (t MessageType) String() string {
 		return "CSIVolumeDeregister"
 	case CSIVolumeClaimRequestType:
 		return "CSIVolumeClaim"
+	case ClusterMetadataRequestType:
+		return "ClusterMetadata"
 	default:
 		return "Unknown"
 	}

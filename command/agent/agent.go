@@ -62,9 +62,11 @@ func NewAgent(config *Config, logOutput io.Writer) (a *Agent, err error) {
 		Output: logOutput,
 	})
 	a = &Agent{config: config, logger: logger}
+	// "return nil, err" sets a to nil before this runs: keep our own.
+	started := a
 	defer func() {
 		if err != nil {
-			_ = a.Shutdown(context.Background())
+			_ = started.Shutdown(context.Background())
 		}
 	}()
 
@@ -185,6 +187,7 @@ func (a *Agent) setupServer() error {
 	sc.FailoverHeartbeatTTL = parseDurationOr(c.Server.FailoverHeartbeatTTL, sc.FailoverHeartbeatTTL)
 	sc.LeaveDrainTimeout = parseDurationOr(c.Server.LeaveDrainTimeout, sc.LeaveDrainTimeout)
 	sc.CSINodeDetachTimeout = parseDurationOr(c.Server.CSINodeDetachTimeout, sc.CSINodeDetachTimeout)
+	sc.DeadServerCleanupAfter = parseDurationOr(c.Server.DeadServerCleanupAfter, sc.DeadServerCleanupAfter)
 	sc.LeaveOnTerminate = c.LeaveOnTerminate
 	limits := c.limits()
 	sc.RPCMaxConnsPerClient = limits.RPCMaxConnsPerClient
@@ -308,6 +311,15 @@ func (a *Agent) ReloadTLS() error {
 	}
 	a.logger.Info("tls certificates reloaded", "cert_file", a.config.TLS.CertFile, "expires", a.tls.LeafExpiry())
 	return nil
+}
+
+// Fatal delivers an error that makes the agent unfit to go on (its
+// server's data dir belongs to another cluster); nil without a server.
+func (a *Agent) Fatal() <-chan error {
+	if a.server == nil {
+		return nil
+	}
+	return a.server.Fatal()
 }
 
 // InmemMetrics returns the in-memory metrics sink behind /v1/metrics.

@@ -99,6 +99,9 @@ type ServerConfig struct {
 	LeaveDrainTimeout string `hcl:"leave_drain_timeout,optional"`
 	// MaxRPCFrameBytes bounds one RPC request.
 	MaxRPCFrameBytes int `hcl:"max_rpc_frame_bytes,optional"`
+	// DeadServerCleanupAfter removes a server unreachable this long from
+	// the Raft configuration ("0" turns it off; default "24h").
+	DeadServerCleanupAfter string `hcl:"dead_server_cleanup_after,optional"`
 	// CSINodeDetachTimeout bounds the server's ClientCSI.NodeDetachVolume
 	// call to a client; it must exceed the clients' csi_node_call_timeout.
 	CSINodeDetachTimeout string `hcl:"csi_node_detach_timeout,optional"`
@@ -234,6 +237,7 @@ func (c *Config) validateDurations(body hcl.Body) hcl.Diagnostics {
 			check(s.FailoverHeartbeatTTL, true, "server", "failover_heartbeat_ttl"),
 			check(s.LeaveDrainTimeout, false, "server", "leave_drain_timeout"),
 			check(s.CSINodeDetachTimeout, true, "server", "csi_node_detach_timeout"),
+			check(s.DeadServerCleanupAfter, false, "server", "dead_server_cleanup_after"),
 		)
 		if j := s.ServerJoin; j != nil {
 			checks = append(checks, check(j.RetryInterval, true, "server", "server_join", "retry_interval"))
@@ -311,6 +315,7 @@ func (c *Config) Merge(o *Config) *Config {
 		setStr(&s.FailoverHeartbeatTTL, o.Server.FailoverHeartbeatTTL)
 		setStr(&s.LeaveDrainTimeout, o.Server.LeaveDrainTimeout)
 		setStr(&s.CSINodeDetachTimeout, o.Server.CSINodeDetachTimeout)
+		setStr(&s.DeadServerCleanupAfter, o.Server.DeadServerCleanupAfter)
 		if o.Server.ServerJoin != nil {
 			j := ServerJoin{}
 			if s.ServerJoin != nil {

@@ -87,6 +87,10 @@ func NewHTTPServer(a *Agent, ln net.Listener, logger hclog.Logger) *HTTPServer {
 			http.MethodPut:  s.raftTransferLeadership,
 			http.MethodPost: s.raftTransferLeadership,
 		},
+		"/v1/operator/snapshot": {
+			http.MethodGet: s.snapshotSave,
+			http.MethodPut: s.snapshotRestore,
+		},
 		"/v1/metrics": {http.MethodGet: s.metrics},
 	}
 	s.addWorkloadRoutes()

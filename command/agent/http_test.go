@@ -279,7 +279,7 @@ func TestHTTP_RaftConfiguration(t *testing.T) {
 	s := cfg.Servers[0]
 	must.Eq(t, &structs.RaftServer{
 		ID: a.Server().ID(), Node: a.Config().Name, Address: a.Server().Addr(),
-		Leader: true, Voter: true, RaftProtocol: "3",
+		Leader: true, Voter: true, RaftProtocol: "3", Healthy: true,
 	}, s)
 }
 
