@@ -70,14 +70,44 @@ func (l *memberList) markLeft(id string) {
 	l.left[id] = time.Now()
 }
 
-// learn records an address worth probing.
-func (l *memberList) learn(addr string) {
+// maxProbeAddrs bounds the addresses a server probes: a Join names an
+// address to probe, and a stream of Joins naming made-up addresses must
+// not grow the probe list without end.
+const maxProbeAddrs = 256
+
+// learn records an address worth probing. It reports false when the list
+// is full and addr was not added.
+func (l *memberList) learn(addr string) bool {
 	if addr == "" || addr == l.self.Addr {
-		return
+		return true
 	}
 	l.mu.Lock()
+	defer l.mu.Unlock()
+	if _, ok := l.addrs[addr]; !ok && len(l.addrs) >= maxProbeAddrs {
+		return false
+	}
 	l.addrs[addr] = struct{}{}
-	l.mu.Unlock()
+	return true
+}
+
+// answeredAt reports whether a server answered a probe at addr recently.
+func (l *memberList) answeredAt(addr string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, st := range l.members {
+		if st.member.Addr == addr && time.Since(st.lastSeen) <= l.failAfter {
+			return true
+		}
+	}
+	return false
+}
+
+// isAlive reports whether the server with this ID answered recently.
+func (l *memberList) isAlive(id string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	st, ok := l.members[id]
+	return ok && time.Since(st.lastSeen) <= l.failAfter
 }
 
 // targets returns the addresses to probe, sorted.
@@ -176,6 +206,15 @@ func (s *Server) probeMembers() {
 			if resp.Self.Region != s.config.Region {
 				s.logger.Warn("server at join address is in another region; ignoring",
 					"address", addr, "region", resp.Self.Region)
+				return
+			}
+			if resp.Self.Addr != addr && !s.isRetryJoinAddr(addr) {
+				// A server is known by the address it answers at; one that
+				// claims another address is not taken at its word. (An
+				// address from server_join may be a name for the one the
+				// server advertises: the operator vouched for it.)
+				s.logger.Warn("server at join address claims another address; ignoring",
+					"address", addr, "claimed", resp.Self.Addr)
 				return
 			}
 			s.members.seen(resp.Self, resp.HasState)

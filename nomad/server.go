@@ -243,7 +243,7 @@ func (s *Server) setupRaft() error {
 		MaxPool: 3,
 		Timeout: 10 * time.Second,
 		Logger:  &raftNetLogger{Logger: s.config.Logger.Named("raft-net"), limited: s.raftNetLog},
-	}))
+	}), s.vetRaftRPC)
 
 	var (
 		logs   raft.LogStore

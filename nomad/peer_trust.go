@@ -1,0 +1,184 @@
+package nomad
+
+import (
+	"context"
+	"crypto/subtle"
+	"fmt"
+	"time"
+
+	memdb "github.com/hashicorp/go-memdb"
+
+	"github.com/hashicorp/raft"
+	"github.com/roamhq/roam/structs"
+)
+
+// Who is a server? Every decision the server makes about whether a caller
+// is another server of this cluster lives in this file, so that a second
+// kind of proof (a TLS certificate naming server.<region>.roam) can be
+// added in one place.
+//
+// Without TLS nothing on the wire proves who sent it, so the checks below
+// rest on what a stranger does not know or cannot answer for:
+//
+//   - A Raft RPC must name, in its header, a server ID and address that
+//     are both in this server's Raft configuration. Before this server
+//     belongs to a configuration, the address must be one it probed and
+//     that answered as a server of this region, or one named in
+//     server_join.
+//   - A server is learnt only from its own answer at its own address: a
+//     Join announces an address to probe, never a member.
+//   - A relayed call to a node (ClientRPC.Forward) must carry that node's
+//     secret, which only the servers (from the state store) and the node
+//     itself hold.
+//
+// The limit, stated plainly: a peer that can send packets as a known
+// server's address and learns that server's ID (IDs are not secret; they
+// are listed by /v1/agent/members) is not told apart from it. Only TLS
+// closes that gap.
+
+// ErrNotAServer is returned to a caller that reached a server-only
+// surface without showing it is a server of this cluster.
+var ErrNotAServer = fmt.Errorf("%w: caller is not a server of this cluster", structs.ErrPermissionDenied)
+
+// trustedPeer is what a caller showed about itself.
+type trustedPeer struct {
+	// raftID and raftAddr are what a Raft RPC header claims.
+	raftID, raftAddr string
+}
+
+// callerIsServer reports whether p may act as a server of this cluster on
+// Raft, and why not when it may not.
+func (s *Server) callerIsServer(p trustedPeer) error {
+	if p.raftID == "" || p.raftAddr == "" {
+		return fmt.Errorf("%w: raft rpc names no server id and address", ErrNotAServer)
+	}
+	if s.raft == nil {
+		return fmt.Errorf("%w: raft is not running", ErrNotAServer)
+	}
+	cfg := s.raft.GetConfiguration()
+	if err := cfg.Error(); err != nil {
+		return fmt.Errorf("%w: read raft configuration: %w", ErrNotAServer, err)
+	}
+	servers := cfg.Configuration().Servers
+	if len(servers) == 0 {
+		// Not part of a cluster yet: a leader adding this server is a
+		// server this one probed, or one its operator named.
+		if s.members.answeredAt(p.raftAddr) || s.isRetryJoinAddr(p.raftAddr) {
+			return nil
+		}
+		return fmt.Errorf("%w: raft rpc from %s (%s), which is neither a probed server nor in server_join",
+			ErrNotAServer, p.raftID, p.raftAddr)
+	}
+	for _, srv := range servers {
+		if string(srv.ID) == p.raftID && string(srv.Address) == p.raftAddr {
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: raft rpc from %s (%s), which is not in the raft configuration",
+		ErrNotAServer, p.raftID, p.raftAddr)
+}
+
+// vetRaftRPC is the Raft transport's check of every incoming RPC.
+func (s *Server) vetRaftRPC(rpc raft.RPC) error {
+	h, ok := rpc.Command.(raft.WithRPCHeader)
+	if !ok {
+		return fmt.Errorf("%w: raft rpc without a header", ErrNotAServer)
+	}
+	hdr := h.GetRPCHeader()
+	err := s.callerIsServer(trustedPeer{raftID: string(hdr.ID), raftAddr: string(hdr.Addr)})
+	if err != nil {
+		s.connRejected("raft_not_server", "raft rpc refused: sender is not a server of this cluster",
+			"id", string(hdr.ID), "address", string(hdr.Addr), "rpc", fmt.Sprintf("%T", rpc.Command))
+	}
+	return err
+}
+
+// isRetryJoinAddr reports whether addr is named in server_join.
+func (s *Server) isRetryJoinAddr(addr string) bool {
+	for _, a := range s.config.RetryJoin {
+		if a == addr {
+			return true
+		}
+	}
+	return false
+}
+
+// nodeRelayAllowed checks that a ClientRPC.Forward request comes from a
+// server: it must carry the target node's secret, which a server reads
+// from its state store. The node itself could show it too, and reach only
+// itself that way.
+func (s *Server) nodeRelayAllowed(args *structs.ClientRPCForwardRequest) error {
+	if args.Session() != nil {
+		// Only servers relay: a node must not reach other nodes through us.
+		return fmt.Errorf("%w: ClientRPC.Forward is for servers, not client sessions", ErrNotAServer)
+	}
+	if args.AuthToken == "" {
+		return fmt.Errorf("%w: ClientRPC.Forward without the node's secret", ErrNotAServer)
+	}
+	node, err := s.nodeAtIndex(args.NodeID, args.NodeIndex)
+	if err != nil {
+		return err
+	}
+	if node == nil {
+		return fmt.Errorf("%w: %s", structs.ErrUnknownNode, args.NodeID)
+	}
+	if node.SecretID == "" || subtle.ConstantTimeCompare([]byte(node.SecretID), []byte(args.AuthToken)) != 1 {
+		return fmt.Errorf("%w: ClientRPC.Forward with a token that is not node %s's secret", ErrNotAServer, args.NodeID)
+	}
+	return nil
+}
+
+// isOperator reports whether token carries an operator's authority: it
+// is the operator_token configured on the servers. An empty token never
+// is, and neither is anything while no operator token is configured.
+func (s *Server) isOperator(token string) bool {
+	op := s.config.OperatorToken
+	return token != "" && op != "" && subtle.ConstantTimeCompare([]byte(token), []byte(op)) == 1
+}
+
+// introAllowed checks a new node's introduction credential. A cluster
+// whose servers name no client intro tokens takes any new node; one that
+// does takes only a node that shows one of them. (Once TLS lands, a
+// verified client certificate is a second credential, checked here.)
+func (s *Server) introAllowed(token string) error {
+	if len(s.config.ClientIntroTokens) == 0 {
+		return nil
+	}
+	if token == "" {
+		return fmt.Errorf("%w: a new node must show an intro token (client intro_token) to register", structs.ErrPermissionDenied)
+	}
+	for _, t := range s.config.ClientIntroTokens {
+		if t != "" && subtle.ConstantTimeCompare([]byte(token), []byte(t)) == 1 {
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: intro token is not one the servers accept", structs.ErrPermissionDenied)
+}
+
+// relayCatchUp bounds how long a relaying server waits for its state to
+// reach the node record the calling server read.
+const relayCatchUp = 2 * time.Second
+
+// nodeAtIndex returns the node as this server's state has it, once that
+// state holds the node at index or later, waiting at most relayCatchUp: a
+// node that registered through the leader a moment ago may not have
+// reached this follower yet.
+func (s *Server) nodeAtIndex(nodeID string, index uint64) (*structs.Node, error) {
+	ctx, cancel := context.WithTimeout(s.shutdownCtx, relayCatchUp)
+	defer cancel()
+	for {
+		store := s.State()
+		ws := memdb.NewWatchSet()
+		ws.Add(store.AbandonCh())
+		node, err := store.NodeByID(ws, nodeID)
+		if err != nil {
+			return nil, err
+		}
+		if node != nil && node.ModifyIndex >= index {
+			return node, nil
+		}
+		if err := ws.WatchCtx(ctx); err != nil {
+			return node, nil // as far as this server knows
+		}
+	}
+}
