@@ -61,7 +61,13 @@ type Config struct {
 	StartTimeout time.Duration
 	// Logger is required in production; nil means no logs.
 	Logger hclog.Logger
+	// Disabled refuses to start tasks (ErrDisabled); tasks started before
+	// can still be recovered and stopped.
+	Disabled bool
 }
+
+// ErrDisabled is returned by Start on a driver that is not enabled.
+var ErrDisabled = errors.New("raw_exec is not enabled on this client")
 
 // DefaultConfig returns a Config that works as is.
 func DefaultConfig() Config {
@@ -83,6 +89,7 @@ type Driver struct {
 	executor     string
 	startTimeout time.Duration
 	logger       hclog.Logger
+	disabled     bool
 }
 
 // New returns a driver.
@@ -94,6 +101,7 @@ func New(cfg Config) (*Driver, error) {
 		executor:     cfg.ExecutorPath,
 		startTimeout: cfg.StartTimeout,
 		logger:       cfg.Logger,
+		disabled:     cfg.Disabled,
 	}
 	if d.executor == "" {
 		exe, err := os.Executable()
@@ -146,6 +154,9 @@ type TaskConfig struct {
 func (d *Driver) Start(ctx context.Context, cfg TaskConfig) (*Handle, error) {
 	if cfg.ID == "" {
 		return nil, errors.New("rawexec: task ID is empty")
+	}
+	if d.disabled {
+		return nil, fmt.Errorf("rawexec: start task %q: %w (enable it with plugin \"raw_exec\" { config { enabled = true } })", cfg.ID, ErrDisabled)
 	}
 	fail := func(err error) (*Handle, error) {
 		return nil, fmt.Errorf("rawexec: start task %q: %w", cfg.ID, err)
@@ -302,14 +313,22 @@ func (d *Driver) Reattach(state HandleState) (*Handle, error) {
 	return nil, fmt.Errorf("rawexec: reattach task %q (pid %d): %w", state.ID, state.TaskPID, ErrTaskGone)
 }
 
-// taskEnv is the client's environment overlaid with the task's variables.
+// inheritedEnv are the only variables of the client's own environment a
+// task gets: what a program needs to find commands and speak the host's
+// locale. Anything else the agent was started with (a token, a cloud
+// credential) stays out of the task's reach unless the job gives it.
+var inheritedEnv = []string{"PATH", "LANG", "LC_ALL", "TZ"}
+
+// taskEnv is inheritedEnv from the client's environment, overlaid with the
+// task's variables.
 func taskEnv(extra map[string]string) []string {
-	env := os.Environ()
-	out := make([]string, 0, len(env)+len(extra))
-	for _, kv := range env {
-		k, _, _ := strings.Cut(kv, "=")
-		if _, override := extra[k]; !override {
-			out = append(out, kv)
+	out := make([]string, 0, len(inheritedEnv)+len(extra))
+	for _, k := range inheritedEnv {
+		if _, override := extra[k]; override {
+			continue
+		}
+		if v, ok := os.LookupEnv(k); ok {
+			out = append(out, k+"="+v)
 		}
 	}
 	for k, v := range extra {

@@ -1,0 +1,41 @@
+package agent
+
+import (
+	"fmt"
+	"net"
+)
+
+// validateTrust checks the settings that decide who can reach the agent
+// and what its tasks may do.
+func (c *Config) validateTrust() error {
+	for _, p := range c.Plugins {
+		if p.Name != "raw_exec" {
+			return fmt.Errorf("config: plugin %q is unknown; the only driver plugin is raw_exec", p.Name)
+		}
+	}
+	if c.DevMode || c.InsecureBind || c.tlsEnabled() {
+		return nil
+	}
+	if ip := net.ParseIP(c.BindAddr); ip != nil && !ip.IsLoopback() {
+		return fmt.Errorf("config: bind_addr = %q is not a loopback address and TLS is not configured: "+
+			"anyone who can reach the RPC port could act as a server or a node of this cluster; "+
+			"configure TLS, bind a loopback address, or set insecure_bind = true to accept that risk", c.BindAddr)
+	}
+	return nil
+}
+
+// tlsEnabled reports whether the agent's RPC and HTTP run over TLS. TLS is
+// not built yet: the TLS configuration, once it exists, answers here.
+func (c *Config) tlsEnabled() bool { return false }
+
+// rawExecEnabled reports whether plugin "raw_exec" { config { enabled =
+// true } } is set (DevConfig sets it); the last block that says wins.
+func (c *Config) rawExecEnabled() bool {
+	on := false
+	for _, p := range c.Plugins {
+		if p.Name == "raw_exec" && p.Config != nil {
+			on = p.Config.Enabled
+		}
+	}
+	return on
+}
