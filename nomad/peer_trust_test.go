@@ -148,3 +148,20 @@ func TestPeerTrust_RaftRPCFromStrangerRefused(t *testing.T) {
 	must.ErrorIs(t, err, ErrNotAServer)
 	must.Eq(t, term, f.raft.Stats()["term"])
 }
+
+// A client agent passes on the caller's token (here none), never its own
+// secret: a request without a token that arrives at a client agent's HTTP
+// API is nobody, and cannot deregister that node.
+func TestPeerTrust_ClientForwardsCallerTokenNotSecret(t *testing.T) {
+	s := testServer(t, withLongHeartbeats)
+	waitForLeaderDuties(t, s)
+	c := testAgentClient(t, s.Addr())
+	waitNodeSession(t, s, c.NodeID(), true)
+
+	var resp structs.GenericResponse
+	err := c.ForwardContext(testCtx(t), "Node.Deregister", &structs.NodeDeregisterRequest{NodeIDs: []string{c.NodeID()}}, &resp)
+	must.ErrorIs(t, err, structs.ErrPermissionDenied)
+	node, err := s.State().NodeByID(nil, c.NodeID())
+	must.NoError(t, err)
+	must.NotNil(t, node)
+}
