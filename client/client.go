@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"os"
 	"sync"
 	"time"
 
@@ -66,6 +67,13 @@ func NewClient(config *Config) (*Client, error) {
 		return nil, err
 	}
 	config = config.copy()
+	// Created traversable but not listable, so that a task run as another
+	// user reaches its own directory under alloc/ while the identity and
+	// state (in client/, 0700) stay out of its reach. A data dir that
+	// exists keeps the mode its operator gave it.
+	if err := os.MkdirAll(config.DataDir, 0o711); err != nil {
+		return nil, fmt.Errorf("client: create data dir: %w", err)
+	}
 	id, err := loadIdentity(config.DataDir)
 	if err != nil {
 		return nil, err

@@ -7,9 +7,11 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"net"
 	"os"
+	"os/user"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -477,4 +479,69 @@ func TestTrust_TaskCannotReachAgentSecrets(t *testing.T) {
 	must.StrContains(t, out, "ROAM_ALLOC_ID="+list[0].ID)
 	must.StrNotContains(t, out, agentSecret, must.Sprint("the agent's environment reached the task"))
 	must.StrNotContains(t, out, "ROAM_E2E_AGENT_SECRET")
+
+	// A task that runs as another user cannot read the identity through
+	// its alloc dir. (Run as the client's own user, root here, it could:
+	// raw_exec has no isolation; see docs/trust.md.)
+	if os.Geteuid() != 0 {
+		t.Log("not root: skipping the task user case")
+		return
+	}
+	// The test's own temp dirs are 0700; the client's data dir and alloc
+	// dirs beneath them are the client's to lay out.
+	for d := c.Dir; strings.HasPrefix(d, os.TempDir()+string(filepath.Separator)); d = filepath.Dir(d) {
+		must.NoError(t, os.Chmod(d, 0o711))
+	}
+	identity0 := filepath.Join(c.Clients[0].DataDir, "client", "identity.json")
+	id0, err := os.ReadFile(identity0)
+	must.NoError(t, err)
+	var ident struct{ SecretID string }
+	must.NoError(t, json.Unmarshal(id0, &ident))
+	must.NotEq(t, "", ident.SecretID)
+	c.RunJob(`job "as-nobody" {
+  type        = "batch"
+  datacenters = ["dc1"]
+  group "g" {
+    task "t" {
+      driver = "raw_exec"
+      user   = "nobody"
+      config {
+        command = "/bin/sh"
+        args    = ["-c", "id -u; cat ../../../client/identity.json; cat ` + identity0 + `; ls ../../../client; echo done"]
+      }
+      resources {
+        cpu    = 50
+        memory = 32
+      }
+    }
+  }
+}
+`)
+	list = c.WaitJobAllocs("as-nobody", settle, func(list []*Alloc) error {
+		if len(list) != 1 || !list[0].ClientTerminal() {
+			return fmt.Errorf("want 1 finished allocation:\n%s", allocTable(list))
+		}
+		return nil
+	})
+	logs := func(stream string) string {
+		resp, err := httpClient.Get(c.ClientHTTP(0) + "/v1/client/fs/logs/" + list[0].ID + "?task=t&type=" + stream + "&plain=true")
+		must.NoError(t, err)
+		defer resp.Body.Close()
+		var b bytes.Buffer
+		_, err = b.ReadFrom(resp.Body)
+		must.NoError(t, err)
+		must.EqOp(t, 200, resp.StatusCode, must.Sprintf("%s logs: %s", stream, b.String()))
+		return b.String()
+	}
+	stdout, stderr := logs("stdout"), logs("stderr")
+	t.Logf("task as nobody: stdout %q, stderr %q", stdout, stderr)
+	must.StrContains(t, stdout, "done", must.Sprintf("the task did not run to its end; stderr: %s", stderr))
+	nobody, err := user.Lookup("nobody")
+	must.NoError(t, err)
+	must.True(t, strings.HasPrefix(stdout, nobody.Uid+"\n"), must.Sprintf("the task did not run as nobody: %q", stdout))
+	must.StrNotContains(t, stdout+stderr, ident.SecretID, must.Sprint("a task running as nobody read the node's secret"))
+	must.StrContains(t, stderr, "Permission denied")
+	idAfter0, err := os.ReadFile(identity0)
+	must.NoError(t, err)
+	must.Eq(t, string(id0), string(idAfter0))
 }

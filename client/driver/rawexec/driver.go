@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"os/exec"
+	"os/user"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
+	"strconv"
 )
 
 // Errors returned by the driver. Wrapped errors name the task; compare with
@@ -128,8 +130,13 @@ type TaskConfig struct {
 	// a bare name looked up in the task's PATH.
 	Command string
 	Args    []string
-	// Env is added to (and overrides) the client's own environment.
+	// Env is added to PATH, LANG, LC_ALL and TZ of the client's own
+	// environment (and overrides them); nothing else of it is passed on.
 	Env map[string]string
+	// User, when set, is the account the task runs as (the executor stays
+	// the client's). The caller makes the task's directories writable to
+	// it.
+	User string
 	// Dir is the task directory and working directory; Start creates it.
 	Dir string
 	// StdoutPath and StderrPath receive the task's output, appended; empty
@@ -187,8 +194,17 @@ func (d *Driver) Start(ctx context.Context, cfg TaskConfig) (*Handle, error) {
 	if err := os.MkdirAll(exeDir, 0o755); err != nil {
 		return fail(fmt.Errorf("create task dir: %w", err))
 	}
+	var cred *taskCredential
+	if cfg.User != "" {
+		uid, gid, err := LookupUser(cfg.User)
+		if err != nil {
+			return fail(err)
+		}
+		cred = &taskCredential{UID: uid, GID: gid}
+	}
 	spec := executorSpec{
 		ID:         cfg.ID,
+		Credential: cred,
 		Command:    command,
 		Args:       cfg.Args,
 		Env:        env,
@@ -419,4 +435,24 @@ func logTail(path string) string {
 		return ""
 	}
 	return "; executor log: " + s
+}
+
+// ErrUnknownUser is returned for a task user that does not exist here.
+var ErrUnknownUser = errors.New("unknown user")
+
+// LookupUser returns the user and primary group IDs of the named account.
+func LookupUser(name string) (uid, gid uint32, err error) {
+	u, err := user.Lookup(name)
+	if err != nil {
+		return 0, 0, fmt.Errorf("task user %q: %w: %w", name, ErrUnknownUser, err)
+	}
+	id, err := strconv.ParseUint(u.Uid, 10, 32)
+	if err != nil {
+		return 0, 0, fmt.Errorf("task user %q: uid %q: %w", name, u.Uid, err)
+	}
+	g, err := strconv.ParseUint(u.Gid, 10, 32)
+	if err != nil {
+		return 0, 0, fmt.Errorf("task user %q: gid %q: %w", name, u.Gid, err)
+	}
+	return uint32(id), uint32(g), nil
 }
