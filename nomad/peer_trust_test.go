@@ -8,6 +8,7 @@ import (
 	"github.com/hashicorp/go-msgpack/v2/codec"
 	"github.com/hashicorp/raft"
 	"github.com/shoenig/test/must"
+	"github.com/shoenig/test/wait"
 
 	"github.com/roamhq/roam/structs"
 )
@@ -164,4 +165,32 @@ func TestPeerTrust_ClientForwardsCallerTokenNotSecret(t *testing.T) {
 	node, err := s.State().NodeByID(nil, c.NodeID())
 	must.NoError(t, err)
 	must.NotNil(t, node)
+}
+
+// The leader never replaces a voter that still answers, even when another
+// server ID is seen at its address (a restarted server with a new
+// identity is replaced only once the old one has gone quiet).
+func TestPeerTrust_LiveVoterNeverReplaced(t *testing.T) {
+	servers := testCluster(t, 3)
+	leader := waitForLeader(t, servers...)
+	f := followers(servers)[0]
+	must.Wait(t, wait.InitialSuccess(
+		wait.BoolFunc(func() bool { return leader.members.isAlive(f.ID()) }),
+		wait.Timeout(10*time.Second),
+		wait.Gap(10*time.Millisecond),
+	), must.Sprint("the leader never heard from its follower"))
+
+	impostor := structs.ServerMember{ID: uuid.NewString(), Name: "impostor", Addr: f.Addr(),
+		Region: leader.config.Region, Status: structs.MemberAlive, Voter: true}
+	leader.members.seen(impostor, true)
+	leader.reconcileVoters()
+
+	cfg, _, err := leader.raftConfiguration()
+	must.NoError(t, err)
+	ids := make(map[raft.ServerID]raft.ServerAddress)
+	for _, srv := range cfg.Servers {
+		ids[srv.ID] = srv.Address
+	}
+	must.MapContainsKey(t, ids, raft.ServerID(f.ID()), must.Sprint("a live voter was removed"))
+	must.MapNotContainsKey(t, ids, raft.ServerID(impostor.ID))
 }
