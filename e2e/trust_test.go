@@ -54,7 +54,9 @@ func startTrustEnv(t *testing.T) *trustEnv {
 	cc := startCSICluster(t, csiOpts{
 		Servers: 1, Clients: 1,
 		ServerConfigExtra: fmt.Sprintf("server {\n  client_intro_tokens = [%q]\n}\n", trustIntroToken),
-		ClientConfigExtra: fmt.Sprintf("client {\n  intro_token = %q\n}\n", trustIntroToken),
+		// The HTTP address the node reports is one where nothing answers:
+		// log requests must not go there.
+		ClientConfigExtra: fmt.Sprintf("client {\n  intro_token = %q\n}\nadvertise {\n  http = \"127.0.0.1:1\"\n}\n", trustIntroToken),
 	})
 	e := &trustEnv{
 		cc:       cc,
@@ -79,7 +81,7 @@ func startTrustEnv(t *testing.T) *trustEnv {
       driver = "raw_exec"
       config {
         command = "/bin/sh"
-        args    = ["-c", "sleep 3600"]
+        args    = ["-c", "echo app started; sleep 3600"]
       }
       env {
         DB_PASSWORD = "hunter2"
@@ -246,6 +248,35 @@ func TestTrust_Attacks(t *testing.T) {
 		}
 		mustRefused(t, rpcAddr, "Node.Register", rogue(""), "must show an intro token")
 		mustRefused(t, rpcAddr, "Node.Register", rogue("guessed"), "intro token is not one the servers accept")
+		e.mustUnchanged(t, before)
+	})
+
+	// Attack 5, second half: log requests went to the HTTPAddr the node
+	// reported, with the caller's token. They now reach the node over its
+	// session; the address it reports is never dialled.
+	t.Run("logs_over_node_session", func(t *testing.T) {
+		before := e.snapshot(t)
+		allocs, err := JobAllocs(e.server.HTTPAddr(), e.jobID)
+		must.NoError(t, err)
+		must.SliceLen(t, 1, running(allocs))
+		var body string
+		WaitFor(t, settle, func() error {
+			resp, err := httpClient.Get(e.server.HTTPAddr() + "/v1/client/fs/logs/" + running(allocs)[0].ID + "?task=t&type=stdout")
+			if err != nil {
+				return err
+			}
+			defer resp.Body.Close()
+			var b bytes.Buffer
+			if _, err := b.ReadFrom(resp.Body); err != nil {
+				return err
+			}
+			if resp.StatusCode != 200 || !strings.Contains(b.String(), "app started") {
+				return fmt.Errorf("logs through the server: %s: %q", resp.Status, b.String())
+			}
+			body = b.String()
+			return nil
+		})
+		must.Eq(t, "app started\n", body)
 		e.mustUnchanged(t, before)
 	})
 
