@@ -20,12 +20,26 @@ type memberList struct {
 
 	mu      sync.Mutex
 	members map[string]*memberState // by server ID
-	addrs   map[string]struct{}     // every address heard of, to probe
+	addrs   map[string]*probeAddr   // every address heard of, to probe
 	// left holds servers removed from the Raft configuration on purpose,
 	// with when: the leader must not add one back while it is still
 	// answering on its way out.
 	left map[string]time.Time
 }
+
+// probeAddr is an address the join loop probes.
+type probeAddr struct {
+	// permanent addresses (server_join) are probed for good; others are
+	// forgotten once nothing has answered there for forgetAfter.
+	permanent bool
+	// last is when the address was learnt or last answered.
+	last time.Time
+}
+
+// forgetAfter is how many failAfter periods an address that never answers
+// stays on the probe list: long enough for a server that restarts to come
+// back, short enough that made-up addresses from Joins do not pile up.
+const forgetAfter = 10
 
 type memberState struct {
 	member   structs.ServerMember
@@ -38,7 +52,7 @@ func newMemberList(self *structs.ServerMember, failAfter time.Duration) *memberL
 		self:      self,
 		failAfter: failAfter,
 		members:   make(map[string]*memberState),
-		addrs:     make(map[string]struct{}),
+		addrs:     make(map[string]*probeAddr),
 		left:      make(map[string]time.Time),
 	}
 }
@@ -58,8 +72,13 @@ func (l *memberList) seen(m structs.ServerMember, hasState bool) {
 		}
 		delete(l.left, m.ID)
 	}
-	l.members[m.ID] = &memberState{member: m, hasState: hasState, lastSeen: time.Now()}
-	l.addrs[m.Addr] = struct{}{}
+	now := time.Now()
+	l.members[m.ID] = &memberState{member: m, hasState: hasState, lastSeen: now}
+	if pa, ok := l.addrs[m.Addr]; ok {
+		pa.last = now
+	} else {
+		l.addrs[m.Addr] = &probeAddr{last: now}
+	}
 }
 
 // markLeft forgets a server removed from the Raft configuration on purpose.
@@ -78,15 +97,28 @@ const maxProbeAddrs = 256
 // learn records an address worth probing. It reports false when the list
 // is full and addr was not added.
 func (l *memberList) learn(addr string) bool {
+	return l.addAddr(addr, false)
+}
+
+// learnPermanent records an address to probe for good (server_join).
+func (l *memberList) learnPermanent(addr string) {
+	l.addAddr(addr, true)
+}
+
+func (l *memberList) addAddr(addr string, permanent bool) bool {
 	if addr == "" || addr == l.self.Addr {
 		return true
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if _, ok := l.addrs[addr]; !ok && len(l.addrs) >= maxProbeAddrs {
+	if pa, ok := l.addrs[addr]; ok {
+		pa.permanent = pa.permanent || permanent
+		return true
+	}
+	if !permanent && len(l.addrs) >= maxProbeAddrs {
 		return false
 	}
-	l.addrs[addr] = struct{}{}
+	l.addrs[addr] = &probeAddr{permanent: permanent, last: time.Now()}
 	return true
 }
 
@@ -115,7 +147,11 @@ func (l *memberList) targets() []string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	out := make([]string, 0, len(l.addrs))
-	for a := range l.addrs {
+	for a, pa := range l.addrs {
+		if !pa.permanent && time.Since(pa.last) > forgetAfter*l.failAfter {
+			delete(l.addrs, a)
+			continue
+		}
 		out = append(out, a)
 	}
 	sort.Strings(out)
@@ -174,7 +210,7 @@ func (l *memberList) anyHasState() bool {
 // and notice when a server stops answering.
 func (s *Server) joinLoop() {
 	for _, addr := range s.config.RetryJoin {
-		s.members.learn(addr)
+		s.members.learnPermanent(addr)
 	}
 	ticker := time.NewTicker(s.config.JoinInterval)
 	defer ticker.Stop()

@@ -1,6 +1,7 @@
 package nomad
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -193,4 +194,25 @@ func TestPeerTrust_LiveVoterNeverReplaced(t *testing.T) {
 	}
 	must.MapContainsKey(t, ids, raft.ServerID(f.ID()), must.Sprint("a live voter was removed"))
 	must.MapNotContainsKey(t, ids, raft.ServerID(impostor.ID))
+}
+
+// Addresses named by Joins are bounded in number and forgotten when
+// nothing answers there; server_join addresses stay.
+func TestPeerTrust_JoinedAddressesBoundedAndForgotten(t *testing.T) {
+	l := newMemberList(&structs.ServerMember{ID: "self", Addr: "127.0.0.1:1"}, 10*time.Millisecond)
+	l.learnPermanent("127.0.0.1:2")
+	refused := 0
+	for i := range maxProbeAddrs + 10 {
+		if !l.learn(fmt.Sprintf("10.0.0.1:%d", i+1)) {
+			refused++
+		}
+	}
+	must.SliceLen(t, maxProbeAddrs, l.targets())
+	must.EqOp(t, 11, refused)
+	must.Wait(t, wait.InitialSuccess(
+		wait.BoolFunc(func() bool { return len(l.targets()) == 1 }),
+		wait.Timeout(5*time.Second),
+		wait.Gap(20*time.Millisecond),
+	))
+	must.Eq(t, []string{"127.0.0.1:2"}, l.targets())
 }
