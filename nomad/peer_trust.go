@@ -31,10 +31,11 @@ import (
 //     secret, which only the servers (from the state store) and the node
 //     itself hold.
 //
-// The limit, stated plainly: a peer that can send packets as a known
-// server's address and learns that server's ID (IDs are not secret; they
-// are listed by /v1/agent/members) is not told apart from it. Only TLS
-// closes that gap.
+// The limit, stated plainly: the Raft header is what the sender says.
+// Server IDs and addresses are not secret (the HTTP API lists them), so a
+// sender that writes a real server's into its header is not told apart
+// from it. These checks stop blind forgeries; only TLS stops deliberate
+// ones.
 
 // ErrNotAServer is returned to a caller that reached a server-only
 // surface without showing it is a server of this cluster.
