@@ -538,7 +538,7 @@ func TestTrust_TaskCannotReachAgentSecrets(t *testing.T) {
       user   = "nobody"
       config {
         command = "/bin/sh"
-        args    = ["-c", "id -u; cat ../../../client/identity.json; cat ` + identity0 + `; ls ../../../client; echo done"]
+        args    = ["-c", "id -u; cat ../../../client/identity.json; cat ` + identity0 + `; ls ../../../client; ls ../..; echo done"]
       }
       resources {
         cpu    = 50
@@ -572,6 +572,7 @@ func TestTrust_TaskCannotReachAgentSecrets(t *testing.T) {
 	must.True(t, strings.HasPrefix(stdout, nobody.Uid+"\n"), must.Sprintf("the task did not run as nobody: %q", stdout))
 	must.StrNotContains(t, stdout+stderr, ident.SecretID, must.Sprint("a task running as nobody read the node's secret"))
 	must.StrContains(t, stderr, "Permission denied")
+	must.StrContains(t, stderr, "cannot open directory '../..'", must.Sprint("the task listed the node's allocations"))
 	idAfter0, err := os.ReadFile(identity0)
 	must.NoError(t, err)
 	must.Eq(t, string(id0), string(idAfter0))
