@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/subtle"
 	"fmt"
+	"net"
 	"time"
 
 	memdb "github.com/hashicorp/go-memdb"
@@ -41,16 +42,42 @@ import (
 // surface without showing it is a server of this cluster.
 var ErrNotAServer = fmt.Errorf("%w: caller is not a server of this cluster", structs.ErrPermissionDenied)
 
-// trustedPeer is what a caller showed about itself.
+// trustedPeer is what a caller showed about itself. Each surface fills in
+// what it has.
 type trustedPeer struct {
+	// conn is the connection the caller is on, when the surface has it
+	// (a Raft connection). A TLS certificate would be read from it.
+	conn net.Conn
 	// raftID and raftAddr are what a Raft RPC header claims.
 	raftID, raftAddr string
+	// relay is a ClientRPC.Forward request: its token must be its
+	// target node's secret.
+	relay *structs.ClientRPCForwardRequest
 }
 
-// callerIsServer reports whether p may act as a server of this cluster on
-// Raft, and why not when it may not.
+// callerIsServer reports whether p may act as a server of this cluster,
+// and why not when it may not. It is the one place that decides.
 func (s *Server) callerIsServer(p trustedPeer) error {
-	if p.raftID == "" || p.raftAddr == "" {
+	// TLS, once it lands, decides first: a verified server certificate on
+	// p.conn is a server, any other certificate is not.
+	switch {
+	case p.relay != nil:
+		return s.relayFromServer(p.relay)
+	case p.raftID != "" || p.raftAddr != "":
+		return s.raftHeaderFromServer(p.raftID, p.raftAddr)
+	case p.conn != nil:
+		// Without TLS a connection shows nothing; every Raft RPC on it is
+		// checked by its header.
+		return nil
+	}
+	return fmt.Errorf("%w: caller showed nothing", ErrNotAServer)
+}
+
+// raftHeaderFromServer checks what a Raft RPC header claims: a server ID
+// and address both in the Raft configuration, or, before this server
+// belongs to one, an address it probed or that server_join names.
+func (s *Server) raftHeaderFromServer(id, addr string) error {
+	if id == "" || addr == "" {
 		return fmt.Errorf("%w: raft rpc names no server id and address", ErrNotAServer)
 	}
 	if s.raft == nil {
@@ -64,19 +91,29 @@ func (s *Server) callerIsServer(p trustedPeer) error {
 	if len(servers) == 0 {
 		// Not part of a cluster yet: a leader adding this server is a
 		// server this one probed, or one its operator named.
-		if s.members.answeredAt(p.raftAddr) || s.isRetryJoinAddr(p.raftAddr) {
+		if s.members.answeredAt(addr) || s.isRetryJoinAddr(addr) {
 			return nil
 		}
 		return fmt.Errorf("%w: raft rpc from %s (%s), which is neither a probed server nor in server_join",
-			ErrNotAServer, p.raftID, p.raftAddr)
+			ErrNotAServer, id, addr)
 	}
 	for _, srv := range servers {
-		if string(srv.ID) == p.raftID && string(srv.Address) == p.raftAddr {
+		if string(srv.ID) == id && string(srv.Address) == addr {
 			return nil
 		}
 	}
 	return fmt.Errorf("%w: raft rpc from %s (%s), which is not in the raft configuration",
-		ErrNotAServer, p.raftID, p.raftAddr)
+		ErrNotAServer, id, addr)
+}
+
+// vetRaftConn is the check of a connection that asks for Raft.
+func (s *Server) vetRaftConn(conn net.Conn) error {
+	err := s.callerIsServer(trustedPeer{conn: conn})
+	if err != nil {
+		s.connRejected("raft_not_server", "raft connection refused: peer is not a server of this cluster",
+			"remote", conn.RemoteAddr(), "error", err)
+	}
+	return err
 }
 
 // vetRaftRPC is the Raft transport's check of every incoming RPC.
@@ -105,10 +142,15 @@ func (s *Server) isRetryJoinAddr(addr string) bool {
 }
 
 // nodeRelayAllowed checks that a ClientRPC.Forward request comes from a
-// server: it must carry the target node's secret, which a server reads
-// from its state store. The node itself could show it too, and reach only
-// itself that way.
+// server.
 func (s *Server) nodeRelayAllowed(args *structs.ClientRPCForwardRequest) error {
+	return s.callerIsServer(trustedPeer{relay: args})
+}
+
+// relayFromServer checks a ClientRPC.Forward request: it must carry the
+// target node's secret, which a server reads from its state store. The
+// node itself could show it too, and reach only itself that way.
+func (s *Server) relayFromServer(args *structs.ClientRPCForwardRequest) error {
 	if args.Session() != nil {
 		// Only servers relay: a node must not reach other nodes through us.
 		return fmt.Errorf("%w: ClientRPC.Forward is for servers, not client sessions", ErrNotAServer)

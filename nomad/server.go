@@ -399,6 +399,10 @@ func (s *Server) handleConn(conn net.Conn, session *yamux.Session) {
 		}
 		s.trackConn(conn, false)
 	case b[0] == structs.RPCRaft && !inSession:
+		if s.vetRaftConn(conn) != nil {
+			s.closeConn(conn)
+			return
+		}
 		s.trackConn(conn, false) // Raft owns it from here
 		s.raftLayer.handoff(s.frameGuard(conn, &raftScanner{}, "raft"))
 	case b[0] == structs.RPCMultiplex && !inSession:
