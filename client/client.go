@@ -85,7 +85,7 @@ func NewClient(config *Config) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	driver, err := rawexec.New(rawexec.Config{ExecutorPath: config.ExecutorPath, Logger: config.Logger.Named("client"), Disabled: config.DisableRawExec})
+	driver, err := rawexec.New(rawexec.Config{ExecutorPath: config.ExecutorPath, Logger: config.Logger.Named("client"), Disabled: config.DisableRawExec, DefaultUser: config.RawExecDefaultUser})
 	if err != nil {
 		db.close()
 		return nil, fmt.Errorf("client: raw_exec driver: %w", err)

@@ -39,6 +39,9 @@ type Config struct {
 	// config enables raw_exec (or runs -dev); the library default is on so
 	// that tests which build a client directly run tasks.
 	DisableRawExec bool
+	// RawExecDefaultUser is the account a raw_exec task that names no user
+	// runs as; empty means the client's own.
+	RawExecDefaultUser string
 	// IntroToken is the node introduction credential shown when this node
 	// registers for the first time; servers that name client intro tokens
 	// refuse a new node without one of them.

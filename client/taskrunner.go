@@ -292,8 +292,9 @@ func (tr *taskRunner) start(ctx context.Context) (*rawexec.Handle, error) {
 	if err := tr.prepareCSIPlugin(); err != nil {
 		return nil, err
 	}
-	if tr.task.User != "" {
-		if err := chownTaskDirs(tr.task.User, tr.dirs); err != nil {
+	taskUser := tr.driver.TaskUser(tr.task.User)
+	if taskUser != "" {
+		if err := chownTaskDirs(taskUser, tr.dirs); err != nil {
 			return nil, err
 		}
 	}
@@ -307,7 +308,7 @@ func (tr *taskRunner) start(ctx context.Context) (*rawexec.Handle, error) {
 		StderrPath:  tr.dirs.Stderr,
 		KillSignal:  tr.task.KillSignal,
 		KillTimeout: tr.task.KillTimeout,
-		User:        tr.task.User,
+		User:        taskUser,
 	})
 	if err != nil {
 		return nil, err

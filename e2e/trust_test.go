@@ -413,20 +413,33 @@ server {
 
 // Attack 6: a task reads the node's identity through its alloc dir, or a
 // secret from the agent's environment. client-0 runs raw_exec (enabled in
-// its config); client-1, in dc2, has a config that does not enable it.
+// its config) and, when the test runs as root, runs tasks that name no
+// user as nobody (default_user); client-1, in dc2, has a config that does
+// not enable raw_exec.
 func TestTrust_TaskCannotReachAgentSecrets(t *testing.T) {
 	const agentSecret = "agent-env-secret-5e0c"
 	// The agents inherit the test's environment.
 	t.Setenv("ROAM_E2E_AGENT_SECRET", agentSecret)
+	asRoot := os.Geteuid() == 0
 	c := StartCluster(t, Opts{
 		Servers: 1, Clients: 2,
 		ClientConfigFor: func(name string) string {
-			if name != "client-1" {
-				return ""
+			switch {
+			case name == "client-1":
+				return "datacenter = \"dc2\"\nplugin \"raw_exec\" {\n  config {\n    enabled = false\n  }\n}\n"
+			case asRoot:
+				return "plugin \"raw_exec\" {\n  config {\n    default_user = \"nobody\"\n  }\n}\n"
 			}
-			return "datacenter = \"dc2\"\nplugin \"raw_exec\" {\n  config {\n    enabled = false\n  }\n}\n"
+			return ""
 		},
 	})
+	if asRoot {
+		// The test's own temp dirs are 0700; the client's data dir and
+		// alloc dirs beneath them are the client's to lay out.
+		for d := c.Dir; strings.HasPrefix(d, os.TempDir()+string(filepath.Separator)); d = filepath.Dir(d) {
+			must.NoError(t, os.Chmod(d, 0o711))
+		}
+	}
 	ids := c.NodeIDs()
 	identity := filepath.Join(c.Clients[1].DataDir, "client", "identity.json")
 	idBefore, err := os.ReadFile(identity)
@@ -448,7 +461,7 @@ func TestTrust_TaskCannotReachAgentSecrets(t *testing.T) {
       driver = "raw_exec"
       config {
         command = "/bin/sh"
-        args    = ["-c", "env; cat ../../../client/identity.json; echo done"]
+        args    = ["-c", "id -u; env; cat ../../../client/identity.json; echo done"]
       }
       env {
         GIVEN_BY_JOB = "job-value"
@@ -514,14 +527,9 @@ func TestTrust_TaskCannotReachAgentSecrets(t *testing.T) {
 	// A task that runs as another user cannot read the identity through
 	// its alloc dir. (Run as the client's own user, root here, it could:
 	// raw_exec has no isolation; see docs/trust.md.)
-	if os.Geteuid() != 0 {
-		t.Log("not root: skipping the task user case")
+	if !asRoot {
+		t.Log("not root: skipping the task user cases")
 		return
-	}
-	// The test's own temp dirs are 0700; the client's data dir and alloc
-	// dirs beneath them are the client's to lay out.
-	for d := c.Dir; strings.HasPrefix(d, os.TempDir()+string(filepath.Separator)); d = filepath.Dir(d) {
-		must.NoError(t, os.Chmod(d, 0o711))
 	}
 	identity0 := filepath.Join(c.Clients[0].DataDir, "client", "identity.json")
 	id0, err := os.ReadFile(identity0)
@@ -529,6 +537,13 @@ func TestTrust_TaskCannotReachAgentSecrets(t *testing.T) {
 	var ident struct{ SecretID string }
 	must.NoError(t, json.Unmarshal(id0, &ident))
 	must.NotEq(t, "", ident.SecretID)
+	nobody, err := user.Lookup("nobody")
+	must.NoError(t, err)
+
+	// The job above named no user: on client-0 it ran as default_user,
+	// and could not read the identity.
+	must.True(t, strings.HasPrefix(out, nobody.Uid+"\n"), must.Sprintf("the task did not run as default_user nobody: %q", out))
+	must.StrNotContains(t, out, ident.SecretID, must.Sprint("a task read the node's secret"))
 	c.RunJob(`job "as-nobody" {
   type        = "batch"
   datacenters = ["dc1"]
@@ -567,8 +582,6 @@ func TestTrust_TaskCannotReachAgentSecrets(t *testing.T) {
 	stdout, stderr := logs("stdout"), logs("stderr")
 	t.Logf("task as nobody: stdout %q, stderr %q", stdout, stderr)
 	must.StrContains(t, stdout, "done", must.Sprintf("the task did not run to its end; stderr: %s", stderr))
-	nobody, err := user.Lookup("nobody")
-	must.NoError(t, err)
 	must.True(t, strings.HasPrefix(stdout, nobody.Uid+"\n"), must.Sprintf("the task did not run as nobody: %q", stdout))
 	must.StrNotContains(t, stdout+stderr, ident.SecretID, must.Sprint("a task running as nobody read the node's secret"))
 	must.StrContains(t, stderr, "Permission denied")

@@ -415,7 +415,7 @@ func (tg *TaskGroup) validate(jobType string, p *Problems) {
 		} else if err := ValidateDriverConfig(t.Driver, t.Config); err != nil {
 			add("task %q: %v", t.Name, err)
 		}
-		if t.User != "" && !validUserName(t.User) {
+		if t.User != "" && !ValidUserName(t.User) {
 			add("task %q: user %q is not a user name (lowercase letters, digits, _ and -, at most 32)", t.Name, t.User)
 		}
 		if r := t.Resources; r != nil {
@@ -482,10 +482,10 @@ func (j *Job) LookupTaskGroup(name string) *TaskGroup {
 // Stopped reports whether the job should run nothing.
 func (j *Job) Stopped() bool { return j == nil || j.Stop }
 
-// validUserName reports whether name is a plain POSIX user name: a
+// ValidUserName reports whether name is a plain POSIX user name: a
 // lowercase letter or _, then lowercase letters, digits, _ or -, at most
 // 32 in all.
-func validUserName(name string) bool {
+func ValidUserName(name string) bool {
 	if len(name) == 0 || len(name) > 32 {
 		return false
 	}

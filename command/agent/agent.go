@@ -228,6 +228,7 @@ func (a *Agent) clientConfig(httpAdvertise string) (*client.Config, error) {
 	cc.Servers = c.Client.Servers
 	cc.CSINodeCallTimeout = parseDurationOr(c.Client.CSINodeCallTimeout, cc.CSINodeCallTimeout)
 	cc.DisableRawExec = !c.rawExecEnabled()
+	cc.RawExecDefaultUser = c.rawExecDefaultUser()
 	cc.IntroToken = c.Client.IntroToken
 	if len(cc.Servers) == 0 && a.server != nil {
 		cc.Servers = []string{a.server.Addr()}

@@ -119,7 +119,10 @@ type PluginConfig struct {
 // PluginConfigValues is a plugin's config block.
 type PluginConfigValues struct {
 	// Enabled turns the driver on; raw_exec is off by default outside -dev.
-	Enabled bool `hcl:"enabled,optional"`
+	Enabled *bool `hcl:"enabled,optional"`
+	// DefaultUser is the account a task that names no user runs as;
+	// unset, such a task runs as the agent's user.
+	DefaultUser string `hcl:"default_user,optional"`
 }
 
 // CSIPluginConfig is a client's csi_plugin block.
@@ -158,7 +161,8 @@ func DevConfig() *Config {
 	c.Server.Enabled = true
 	c.Server.BootstrapExpect = 1
 	c.Client.Enabled = true
-	c.Plugins = []*PluginConfig{{Name: "raw_exec", Config: &PluginConfigValues{Enabled: true}}}
+	on := true
+	c.Plugins = []*PluginConfig{{Name: "raw_exec", Config: &PluginConfigValues{Enabled: &on}}}
 	return c
 }
 

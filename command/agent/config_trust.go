@@ -3,6 +3,8 @@ package agent
 import (
 	"fmt"
 	"net"
+
+	"github.com/roamhq/roam/structs"
 )
 
 // validateTrust checks the settings that decide who can reach the agent
@@ -11,6 +13,9 @@ func (c *Config) validateTrust() error {
 	for _, p := range c.Plugins {
 		if p.Name != "raw_exec" {
 			return fmt.Errorf("config: plugin %q is unknown; the only driver plugin is raw_exec", p.Name)
+		}
+		if p.Config != nil && p.Config.DefaultUser != "" && !structs.ValidUserName(p.Config.DefaultUser) {
+			return fmt.Errorf("config: plugin \"raw_exec\" default_user = %q is not a user name", p.Config.DefaultUser)
 		}
 	}
 	if c.DevMode || c.InsecureBind || c.tlsEnabled() {
@@ -29,13 +34,26 @@ func (c *Config) validateTrust() error {
 func (c *Config) tlsEnabled() bool { return false }
 
 // rawExecEnabled reports whether plugin "raw_exec" { config { enabled =
-// true } } is set (DevConfig sets it); the last block that says wins.
+// true } } is set (DevConfig sets it); the last block that sets enabled
+// wins.
 func (c *Config) rawExecEnabled() bool {
 	on := false
 	for _, p := range c.Plugins {
-		if p.Name == "raw_exec" && p.Config != nil {
-			on = p.Config.Enabled
+		if p.Name == "raw_exec" && p.Config != nil && p.Config.Enabled != nil {
+			on = *p.Config.Enabled
 		}
 	}
 	return on
+}
+
+// rawExecDefaultUser is the last default_user a raw_exec plugin block
+// sets.
+func (c *Config) rawExecDefaultUser() string {
+	u := ""
+	for _, p := range c.Plugins {
+		if p.Name == "raw_exec" && p.Config != nil && p.Config.DefaultUser != "" {
+			u = p.Config.DefaultUser
+		}
+	}
+	return u
 }

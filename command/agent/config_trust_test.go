@@ -85,3 +85,38 @@ func TestConfig_TrustSettingsReachServerAndClient(t *testing.T) {
 	must.Eq(t, "intro-a", cc.IntroToken)
 	must.False(t, cc.DisableRawExec, must.Sprint("-dev enables raw_exec"))
 }
+
+// default_user reaches the client; a block that sets only it leaves
+// enabled as an earlier block set it; a bad name is refused.
+func TestConfig_RawExecDefaultUser(t *testing.T) {
+	c, err := ParseConfig("agent.hcl", []byte(`
+plugin "raw_exec" {
+  config {
+    default_user = "nobody"
+  }
+}
+`))
+	must.NoError(t, err)
+	merged := DevConfig().Merge(c)
+	must.True(t, merged.rawExecEnabled(), must.Sprint("a block without enabled leaves -dev's"))
+	must.Eq(t, "nobody", merged.rawExecDefaultUser())
+	must.NoError(t, merged.Validate())
+
+	bad, err := ParseConfig("bad.hcl", []byte(`
+plugin "raw_exec" {
+  config {
+    default_user = "../root"
+  }
+}
+`))
+	must.NoError(t, err)
+	must.ErrorContains(t, DevConfig().Merge(bad).Validate(), `default_user = "../root" is not a user name`)
+
+	a := newTestAgent(t, func(c *Config) {
+		c.Plugins = append(c.Plugins, &PluginConfig{Name: "raw_exec", Config: &PluginConfigValues{DefaultUser: "nobody"}})
+	})
+	cc, err := a.clientConfig("127.0.0.1:1")
+	must.NoError(t, err)
+	must.Eq(t, "nobody", cc.RawExecDefaultUser)
+	must.False(t, cc.DisableRawExec)
+}

@@ -66,6 +66,9 @@ type Config struct {
 	// Disabled refuses to start tasks (ErrDisabled); tasks started before
 	// can still be recovered and stopped.
 	Disabled bool
+	// DefaultUser is the account a task that names none runs as; empty
+	// means the client's own.
+	DefaultUser string
 }
 
 // ErrDisabled is returned by Start on a driver that is not enabled.
@@ -92,6 +95,7 @@ type Driver struct {
 	startTimeout time.Duration
 	logger       hclog.Logger
 	disabled     bool
+	defaultUser  string
 }
 
 // New returns a driver.
@@ -104,6 +108,7 @@ func New(cfg Config) (*Driver, error) {
 		startTimeout: cfg.StartTimeout,
 		logger:       cfg.Logger,
 		disabled:     cfg.Disabled,
+		defaultUser:  cfg.DefaultUser,
 	}
 	if d.executor == "" {
 		exe, err := os.Executable()
@@ -455,4 +460,13 @@ func LookupUser(name string) (uid, gid uint32, err error) {
 		return 0, 0, fmt.Errorf("task user %q: gid %q: %w", name, u.Gid, err)
 	}
 	return uint32(id), uint32(g), nil
+}
+
+// TaskUser is the account a task runs as: the one it names, or the
+// driver's default user; "" means the client's own.
+func (d *Driver) TaskUser(named string) string {
+	if named != "" {
+		return named
+	}
+	return d.defaultUser
 }
