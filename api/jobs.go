@@ -67,13 +67,15 @@ type TaskGroup struct {
 
 // Task is one process run by a driver.
 type Task struct {
-	Name         string
-	Driver       string
-	Config       map[string]any
-	Env          map[string]string
-	Resources    *Resources     `json:",omitempty"`
-	KillTimeout  *time.Duration `json:",omitempty"`
-	KillSignal   string
+	Name        string
+	Driver      string
+	Config      map[string]any
+	Env         map[string]string
+	Resources   *Resources     `json:",omitempty"`
+	KillTimeout *time.Duration `json:",omitempty"`
+	KillSignal  string
+	// User is the account the task runs as; empty means the client's.
+	User         string `json:",omitempty"`
 	VolumeMounts []*VolumeMount
 	Meta         map[string]string
 	// CSIPluginConfig makes the task a CSI plugin the client manages.

@@ -320,6 +320,12 @@ func (ar *allocRunner) restoredRunning() bool {
 // inside it, which its task may have filled with links of its own.
 func (ar *allocRunner) prepare(ctx context.Context) error {
 	shared := filepath.Join(ar.allocDir, sharedDirName)
+	// <DataDir>/alloc and the allocation's own directory are traversable
+	// but not listable: a task run as another user reaches its own
+	// directories by path, and cannot list the node's other allocations.
+	if err := mkdirAllIn(ar.allocsDir, ar.allocDir, 0o711); err != nil {
+		return fmt.Errorf("create alloc dir: %w", err)
+	}
 	for _, d := range []string{shared, filepath.Join(shared, logsDirName), filepath.Join(shared, "data"), filepath.Join(shared, "tmp")} {
 		if err := mkdirAllIn(ar.allocsDir, d, 0o755); err != nil {
 			return fmt.Errorf("create alloc dir: %w", err)

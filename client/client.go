@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"os"
 	"sync"
 	"time"
 
@@ -66,6 +67,13 @@ func NewClient(config *Config) (*Client, error) {
 		return nil, err
 	}
 	config = config.copy()
+	// Created traversable but not listable, so that a task run as another
+	// user reaches its own directory under alloc/ while the identity and
+	// state (in client/, 0700) stay out of its reach. A data dir that
+	// exists keeps the mode its operator gave it.
+	if err := os.MkdirAll(config.DataDir, 0o711); err != nil {
+		return nil, fmt.Errorf("client: create data dir: %w", err)
+	}
 	id, err := loadIdentity(config.DataDir)
 	if err != nil {
 		return nil, err
@@ -82,7 +90,7 @@ func NewClient(config *Config) (*Client, error) {
 			"Allocations the servers list for this node are left alone with their claims; stop them once their tasks are known gone",
 			"moved_to", movedTo, "error", damage)
 	}
-	driver, err := rawexec.New(rawexec.Config{ExecutorPath: config.ExecutorPath, Logger: config.Logger.Named("client")})
+	driver, err := rawexec.New(rawexec.Config{ExecutorPath: config.ExecutorPath, Logger: config.Logger.Named("client"), Disabled: config.DisableRawExec, DefaultUser: config.RawExecDefaultUser})
 	if err != nil {
 		db.close()
 		return nil, fmt.Errorf("client: raw_exec driver: %w", err)
@@ -181,6 +189,21 @@ func (c *Client) RPC(method string, args, reply any) error {
 // the server is holding for it ends with it (see serverConn.call).
 func (c *Client) RPCContext(ctx context.Context, method string, args, reply any) error {
 	setAuth(args, c.config.Region, c.id.SecretID)
+	return c.rpcRetrying(ctx, method, args, reply)
+}
+
+// ForwardContext passes on a call made by someone else (the agent's HTTP
+// API): the caller's own token goes with it, or none, never this node's
+// secret, so a request with no token through a client agent is nobody,
+// not the node.
+func (c *Client) ForwardContext(ctx context.Context, method string, args, reply any) error {
+	setAuth(args, c.config.Region, "")
+	return c.rpcRetrying(ctx, method, args, reply)
+}
+
+// rpcRetrying sends a call whose auth is already filled in, retrying as
+// RPC describes.
+func (c *Client) rpcRetrying(ctx context.Context, method string, args, reply any) error {
 	timeout := structs.RPCCallTimeout(args)
 
 	deadline := time.Now().Add(c.config.RPCRetryTimeout)
@@ -382,7 +405,7 @@ func (c *Client) register(resp *structs.NodeUpdateResponse) error {
 	c.mu.Lock()
 	node := c.buildNode()
 	c.mu.Unlock()
-	if err := c.RPC("Node.Register", &structs.NodeRegisterRequest{Node: node}, resp); err != nil {
+	if err := c.RPC("Node.Register", &structs.NodeRegisterRequest{Node: node, IntroToken: c.config.IntroToken}, resp); err != nil {
 		return fmt.Errorf("register node: %w", err)
 	}
 	c.mu.Lock()

@@ -307,13 +307,15 @@ func TestClient_FailsOverToLearnedServer(t *testing.T) {
 }
 
 func TestClient_ReregistersWhenServerForgetsNode(t *testing.T) {
-	srv := testServer(t, nil)
+	srv := testServer(t, func(c *nomad.Config) { c.OperatorToken = "operator-token" })
 	c := testClient(t, testClientConfig(t, srv.Addr()))
 	waitRegistered(t, c)
 	before := waitForNode(t, srv, c.NodeID(), 5*time.Second, "ready", isReady)
 
+	// An operator removes the node (an empty token no longer may).
 	var resp structs.GenericResponse
-	must.NoError(t, srv.RPC("Node.Deregister", &structs.NodeDeregisterRequest{NodeIDs: []string{c.NodeID()}}, &resp))
+	must.NoError(t, srv.RPC("Node.Deregister", &structs.NodeDeregisterRequest{NodeIDs: []string{c.NodeID()},
+		WriteRequest: structs.WriteRequest{AuthToken: "operator-token"}}, &resp))
 	must.Greater(t, before.ModifyIndex, resp.Index)
 
 	// The next heartbeat gets ErrUnknownNode and the client registers again

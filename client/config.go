@@ -38,6 +38,19 @@ type Config struct {
 	// present its certificate. Nil means plain TCP.
 	TLS *tlsutil.Configurator
 
+	// DisableRawExec turns the raw_exec driver off: the node does not
+	// offer it and starts no task with it. The agent sets it unless its
+	// config enables raw_exec (or runs -dev); the library default is on so
+	// that tests which build a client directly run tasks.
+	DisableRawExec bool
+	// RawExecDefaultUser is the account a raw_exec task that names no user
+	// runs as; empty means the client's own.
+	RawExecDefaultUser string
+	// IntroToken is the node introduction credential shown when this node
+	// registers for the first time; servers that name client intro tokens
+	// refuse a new node without one of them.
+	IntroToken string
+
 	// ExecutorPath is the binary the raw_exec driver runs as
 	// `<path> executor <spec>` to supervise a task; empty means this
 	// process's own executable (the roam binary).

@@ -64,16 +64,17 @@ func (c *Client) buildNode() *structs.Node {
 	for k, v := range c.config.Meta {
 		meta[k] = v
 	}
-	// raw_exec needs nothing but the executor, which is this binary.
-	attrs["driver."+rawExecDriver] = "1"
-	drivers := map[string]*structs.DriverInfo{
-		rawExecDriver: {
+	drivers := map[string]*structs.DriverInfo{}
+	if !c.config.DisableRawExec {
+		// raw_exec needs nothing but the executor, which is this binary.
+		attrs["driver."+rawExecDriver] = "1"
+		drivers[rawExecDriver] = &structs.DriverInfo{
 			Attributes:        map[string]string{"driver." + rawExecDriver: "1"},
 			Detected:          true,
 			Healthy:           true,
 			HealthDescription: "Healthy",
 			UpdateTime:        time.Now(),
-		},
+		}
 	}
 	csiControllers, csiNodes := c.csi.Infos()
 	return &structs.Node{

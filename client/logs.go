@@ -6,6 +6,8 @@ import (
 	"io"
 	"io/fs"
 	"os"
+
+	"github.com/roamhq/roam/structs"
 )
 
 // Errors from AllocLogs; compare with errors.Is.
@@ -34,22 +36,37 @@ func (c *Client) AllocLogs(allocID, task, stream, origin string, offset int64) (
 }
 
 func (m *allocManager) allocLogs(allocID, task, stream, origin string, offset int64) (io.ReadCloser, error) {
+	f, pos, size, err := m.openLog(allocID, task, stream, origin, offset)
+	if err != nil {
+		return nil, err
+	}
+	// Bound the read to the size seen now, so a caller gets a consistent
+	// snapshot of a log that is still growing.
+	return struct {
+		io.Reader
+		io.Closer
+	}{io.LimitReader(f, size-pos), f}, nil
+}
+
+// openLog opens a task's log positioned where origin and offset say, and
+// returns that position and the log's size.
+func (m *allocManager) openLog(allocID, task, stream, origin string, offset int64) (*os.File, int64, int64, error) {
 	if stream != "stdout" && stream != "stderr" {
-		return nil, fmt.Errorf("%w: stream %q is not stdout or stderr", ErrBadLogRequest, stream)
+		return nil, 0, 0, fmt.Errorf("%w: stream %q is not stdout or stderr", ErrBadLogRequest, stream)
 	}
 	if origin != "start" && origin != "end" {
-		return nil, fmt.Errorf("%w: origin %q is not start or end", ErrBadLogRequest, origin)
+		return nil, 0, 0, fmt.Errorf("%w: origin %q is not start or end", ErrBadLogRequest, origin)
 	}
 	if offset < 0 {
-		return nil, fmt.Errorf("%w: offset %d is negative", ErrBadLogRequest, offset)
+		return nil, 0, 0, fmt.Errorf("%w: offset %d is negative", ErrBadLogRequest, offset)
 	}
 	ar := m.getRunner(allocID)
 	if ar == nil {
-		return nil, fmt.Errorf("alloc %s: %w", allocID, ErrUnknownAlloc)
+		return nil, 0, 0, fmt.Errorf("alloc %s: %w", allocID, ErrUnknownAlloc)
 	}
 	tr := ar.lookupTask(task)
 	if tr == nil {
-		return nil, fmt.Errorf("alloc %s: task %q: %w", allocID, task, ErrUnknownTask)
+		return nil, 0, 0, fmt.Errorf("alloc %s: task %q: %w", allocID, task, ErrUnknownTask)
 	}
 	path := tr.dirs.Stdout
 	if stream == "stderr" {
@@ -57,15 +74,15 @@ func (m *allocManager) allocLogs(allocID, task, stream, origin string, offset in
 	}
 	f, err := os.Open(path)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("alloc %s: task %q: %s: %w", allocID, task, stream, ErrNoLogs)
+		return nil, 0, 0, fmt.Errorf("alloc %s: task %q: %s: %w", allocID, task, stream, ErrNoLogs)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("alloc %s: task %q: open %s: %w", allocID, task, stream, err)
+		return nil, 0, 0, fmt.Errorf("alloc %s: task %q: open %s: %w", allocID, task, stream, err)
 	}
 	fi, err := f.Stat()
 	if err != nil {
 		f.Close()
-		return nil, fmt.Errorf("alloc %s: task %q: stat %s: %w", allocID, task, stream, err)
+		return nil, 0, 0, fmt.Errorf("alloc %s: task %q: stat %s: %w", allocID, task, stream, err)
 	}
 	size := fi.Size()
 	pos := min(offset, size)
@@ -74,12 +91,52 @@ func (m *allocManager) allocLogs(allocID, task, stream, origin string, offset in
 	}
 	if _, err := f.Seek(pos, io.SeekStart); err != nil {
 		f.Close()
-		return nil, fmt.Errorf("alloc %s: task %q: seek %s: %w", allocID, task, stream, err)
+		return nil, 0, 0, fmt.Errorf("alloc %s: task %q: seek %s: %w", allocID, task, stream, err)
 	}
-	// Bound the read to the size seen now, so a caller gets a consistent
-	// snapshot of a log that is still growing.
-	return struct {
-		io.Reader
-		io.Closer
-	}{io.LimitReader(f, size-pos), f}, nil
+	return f, pos, size, nil
+}
+
+// ClientAllocs serves the servers' calls about this node's allocations.
+// Only servers reach it: it is served on the session this node opened.
+type ClientAllocs struct {
+	c *Client
+}
+
+// Logs reads one piece of a task's log, at most args.Limit bytes (and
+// never more than structs.MaxLogChunk). A server relays log requests
+// here, so that they reach the node over its own session and never an
+// address the node reported about itself.
+func (a *ClientAllocs) Logs(args *structs.AllocLogsRequest, reply *structs.AllocLogsResponse) error {
+	if a.c.allocs == nil {
+		return fmt.Errorf("%w: alloc %s: %w", structs.ErrNotFound, args.AllocID, ErrUnknownAlloc)
+	}
+	limit := args.Limit
+	if limit <= 0 || limit > structs.MaxLogChunk {
+		limit = structs.MaxLogChunk
+	}
+	f, pos, size, err := a.c.allocs.openLog(args.AllocID, args.Task, args.Stream, args.Origin, args.Offset)
+	if err != nil {
+		return logRPCError(err)
+	}
+	defer f.Close()
+	buf := make([]byte, min(int64(limit), size-pos))
+	n, err := io.ReadFull(f, buf)
+	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
+		return fmt.Errorf("alloc %s: task %q: read %s: %w", args.AllocID, args.Task, args.Stream, err)
+	}
+	*reply = structs.AllocLogsResponse{Data: buf[:n], Offset: pos, Size: size}
+	return nil
+}
+
+// logRPCError gives a log error the sentinel the server's caller maps to
+// an HTTP status.
+func logRPCError(err error) error {
+	switch {
+	case errors.Is(err, ErrUnknownAlloc), errors.Is(err, ErrUnknownTask),
+		errors.Is(err, ErrNoLogs), errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("%w: %w", structs.ErrNotFound, err)
+	case errors.Is(err, ErrBadLogRequest):
+		return fmt.Errorf("%w: %w", structs.ErrInvalidRequest, err)
+	}
+	return err
 }

@@ -36,6 +36,9 @@ func newClientRPCServer(c *Client) (*structs.RPCServer, error) {
 	if err := srv.RegisterName("ClientStatus", &ClientStatus{c: c}); err != nil {
 		return nil, fmt.Errorf("client: register ClientStatus: %w", err)
 	}
+	if err := srv.RegisterName("ClientAllocs", &ClientAllocs{c: c}); err != nil {
+		return nil, fmt.Errorf("client: register ClientAllocs: %w", err)
+	}
 	return srv, nil
 }
 

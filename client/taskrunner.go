@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"time"
@@ -290,6 +292,12 @@ func (tr *taskRunner) start(ctx context.Context) (*rawexec.Handle, error) {
 	if err := tr.prepareCSIPlugin(); err != nil {
 		return nil, err
 	}
+	taskUser := tr.driver.TaskUser(tr.task.User)
+	if taskUser != "" {
+		if err := chownTaskDirs(taskUser, tr.dirs); err != nil {
+			return nil, err
+		}
+	}
 	h, err := tr.driver.Start(ctx, rawexec.TaskConfig{
 		ID:          tr.allocID + "/" + tr.task.Name,
 		Command:     command,
@@ -300,6 +308,7 @@ func (tr *taskRunner) start(ctx context.Context) (*rawexec.Handle, error) {
 		StderrPath:  tr.dirs.Stderr,
 		KillSignal:  tr.task.KillSignal,
 		KillTimeout: tr.task.KillTimeout,
+		User:        taskUser,
 	})
 	if err != nil {
 		return nil, err
@@ -397,4 +406,22 @@ func taskEnv(alloc *structs.Allocation, task *structs.Task, dirs taskDirs) map[s
 	env["ROAM_NODE_ID"] = alloc.NodeID
 	env["ROAM_NODE_NAME"] = alloc.NodeName
 	return env
+}
+
+// chownTaskDirs gives a task that runs as user the directories it writes:
+// its task directory, local/, and the group's shared data/ and tmp/. The
+// rest (logs, the driver's files, the client's state) stays the client's.
+// Lchown: a link the task left in its directory is not followed.
+func chownTaskDirs(user string, dirs taskDirs) error {
+	uid, gid, err := rawexec.LookupUser(user)
+	if err != nil {
+		return fmt.Errorf("%w: %w", errBadTaskConfig, err)
+	}
+	for _, d := range []string{dirs.TaskDir, filepath.Join(dirs.TaskDir, "local"),
+		filepath.Join(dirs.SharedDir, "data"), filepath.Join(dirs.SharedDir, "tmp")} {
+		if err := os.Lchown(d, int(uid), int(gid)); err != nil {
+			return fmt.Errorf("give %s to task user %q: %w", d, user, err)
+		}
+	}
+	return nil
 }

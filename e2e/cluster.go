@@ -30,6 +30,10 @@ type Opts struct {
 	ClientConfigFor func(name string) string
 	// LogLevel of every agent; DEBUG when empty.
 	LogLevel string
+	// NoRawExec leaves raw_exec off on every client, as a client config
+	// that does not enable it has it. Suites run their workloads with it
+	// on.
+	NoRawExec bool
 }
 
 // Cluster is a set of roam agents started as real processes.
@@ -118,7 +122,7 @@ client {
   enabled = true
   servers = %s
 }
-`, a.Name, a.DataDir, opts.LogLevel, a.HTTPPort, a.RPCPort, hclList(serverRPC))
+%s`, a.Name, a.DataDir, opts.LogLevel, a.HTTPPort, a.RPCPort, hclList(serverRPC), rawExecHCL(opts))
 		extra := opts.ClientConfigExtra
 		if opts.ClientConfigFor != nil {
 			extra += "\n" + opts.ClientConfigFor(name)
@@ -160,6 +164,22 @@ func (c *Cluster) writeConfigs(t testing.TB, a *Agent, base, extra string) []str
 		args = append(args, "-config", xpath)
 	}
 	return args
+}
+
+// rawExecHCL enables raw_exec, which is off unless a client's config
+// turns it on; every suite runs its workloads (and the CSI plugin) with
+// it, unless opts say not to.
+func rawExecHCL(opts Opts) string {
+	if opts.NoRawExec {
+		return ""
+	}
+	return `
+plugin "raw_exec" {
+  config {
+    enabled = true
+  }
+}
+`
 }
 
 func hclList(items []string) string {

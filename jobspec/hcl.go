@@ -92,6 +92,7 @@ type hclTask struct {
 	Resources    *hclResources     `hcl:"resources,block"`
 	KillTimeout  *hcl.Attribute    `hcl:"kill_timeout,optional"`
 	KillSignal   string            `hcl:"kill_signal,optional"`
+	User         string            `hcl:"user,optional"`
 	Meta         *hclAttrs         `hcl:"meta,block"`
 	VolumeMounts []*hclVolumeMount `hcl:"volume_mount,block"`
 	CSIPlugin    *hclCSIPlugin     `hcl:"csi_plugin,block"`
@@ -266,6 +267,7 @@ func (d *decoder) task(ht *hclTask) *structs.Task {
 		Config:     d.config(ht.Config),
 		Env:        d.strings(ht.Env),
 		KillSignal: ht.KillSignal,
+		User:       ht.User,
 		Meta:       d.strings(ht.Meta),
 	}
 	set(&t.KillTimeout, d.duration(ht.KillTimeout))

@@ -225,11 +225,11 @@ func TestParseHCL_Errors(t *testing.T) {
   group "g" {
     task "t" {
       driver = "raw_exec"
-      user   = "nobody"
+      leader = true
     }
   }
 }`,
-			want: []string{"job.hcl:5,7", "Unsupported argument", `"user"`},
+			want: []string{"job.hcl:5,7", "Unsupported argument", `"leader"`},
 		},
 		{
 			name: "unknown job block",

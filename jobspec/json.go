@@ -48,6 +48,7 @@ type jsonTask struct {
 	Resources       *resourcesSpec
 	KillTimeout     *time.Duration // nanoseconds
 	KillSignal      string
+	User            string
 	VolumeMounts    []*structs.VolumeMount
 	Meta            map[string]string
 	CSIPluginConfig *structs.TaskCSIPluginConfig
@@ -163,6 +164,7 @@ func (jj *jsonJob) job() *structs.Job {
 				Env:        t.Env,
 				Resources:  t.Resources.build(),
 				KillSignal: t.KillSignal,
+				User:       t.User,
 				Meta:       t.Meta,
 
 				CSIPluginConfig: t.CSIPluginConfig,

@@ -111,7 +111,7 @@ var groupFields = schema{
 
 var taskFields = schema{
 	"Name": read, "Driver": read, "Config": read, "Env": read,
-	"KillTimeout": read, "KillSignal": read, "Meta": read,
+	"KillTimeout": read, "KillSignal": read, "Meta": read, "User": read,
 	"Resources": readObject(schema{"CPU": read, "MemoryMB": read}),
 	"VolumeMounts": readList(schema{
 		"Volume": read, "Destination": read, "ReadOnly": read,

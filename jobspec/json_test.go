@@ -279,7 +279,7 @@ func TestParseJSON(t *testing.T) {
 			name: "non-zero unsupported and unknown fields",
 			src: `{"Job": {"ID": "a", "NodePool": "gpu", "Typo": "x",
   "TaskGroups": [{"Name": "g", "ShutdownDelay": 5000000000,
-    "Tasks": [{"Name": "t", "Driver": "raw_exec", "User": "root",
+    "Tasks": [{"Name": "t", "Driver": "raw_exec", "Leader": true,
       "Resources": {"Cores": 2}}]}]},
   "EnforceIndex": true}`,
 			want: []string{
@@ -287,7 +287,7 @@ func TestParseJSON(t *testing.T) {
 				"Job.NodePool is not supported",
 				"Job.Typo is not supported",
 				"Job.TaskGroups[0].ShutdownDelay is not supported",
-				"Job.TaskGroups[0].Tasks[0].User is not supported",
+				"Job.TaskGroups[0].Tasks[0].Leader is not supported",
 				"Job.TaskGroups[0].Tasks[0].Resources.Cores is not supported",
 			},
 		},

@@ -1,6 +1,10 @@
 package nomad
 
 import (
+	"context"
+	"fmt"
+	"time"
+
 	memdb "github.com/hashicorp/go-memdb"
 	"github.com/roamhq/roam/state"
 	"github.com/roamhq/roam/structs"
@@ -48,4 +52,40 @@ func (a *Alloc) GetAlloc(args *structs.AllocSpecificRequest, reply *structs.Sing
 		reply.Index = al.ModifyIndex
 		return nil
 	})
+}
+
+// allocLogsTimeout bounds one Alloc.Logs call to the node.
+const allocLogsTimeout = 30 * time.Second
+
+// Logs reads a piece of a task's log from the allocation's node. The
+// request travels over the node's own session (through the server that
+// holds it), never to an address the node reported about itself, and
+// without the caller's token: the node has no use for it.
+func (a *Alloc) Logs(args *structs.AllocLogsRequest, reply *structs.AllocLogsResponse) error {
+	if done, err := a.srv.forward("Alloc.Logs", args, args, reply); done {
+		return err
+	}
+	if args.AllocID == "" {
+		return fmt.Errorf("%w: missing allocation ID", structs.ErrInvalidRequest)
+	}
+	alloc, err := a.srv.State().AllocByID(nil, args.AllocID)
+	if err != nil {
+		return err
+	}
+	if alloc == nil {
+		return fmt.Errorf("%w: alloc %s", structs.ErrNotFound, args.AllocID)
+	}
+	req := structs.AllocLogsRequest{
+		AllocID: alloc.ID,
+		Task:    args.Task,
+		Stream:  args.Stream,
+		Origin:  args.Origin,
+		Offset:  args.Offset,
+		Limit:   args.Limit,
+	}
+	req.Region = a.srv.config.Region
+	ctx, cancel := context.WithTimeout(args.Context(), allocLogsTimeout)
+	defer cancel()
+	defer context.AfterFunc(a.srv.shutdownCtx, cancel)()
+	return a.srv.clientRPC(ctx, alloc.NodeID, "ClientAllocs.Logs", &req, reply)
 }

@@ -251,17 +251,27 @@ func (s *Server) forwardClientRPC(ctx context.Context, addr, nodeID, method stri
 	if err := codec.NewEncoderBytes(&body, structs.MsgpackHandle).Encode(args); err != nil {
 		return fmt.Errorf("client rpc %s: encode args: %w", method, err)
 	}
+	// The relaying server takes the node's secret as proof that the call
+	// comes from a server (see nodeRelayAllowed).
+	node, err := s.State().NodeByID(nil, nodeID)
+	if err != nil {
+		return fmt.Errorf("client rpc %s: read node %s: %w", method, nodeID, err)
+	}
+	if node == nil {
+		return fmt.Errorf("%w: %s", structs.ErrUnknownNode, nodeID)
+	}
 	req := structs.ClientRPCForwardRequest{
 		NodeID:       nodeID,
 		Method:       method,
 		Args:         body,
-		WriteRequest: structs.WriteRequest{Region: s.config.Region},
+		NodeIndex:    node.ModifyIndex,
+		WriteRequest: structs.WriteRequest{Region: s.config.Region, AuthToken: node.SecretID},
 	}
 	if dl, ok := ctx.Deadline(); ok {
 		req.Timeout = time.Until(dl)
 	}
 	var resp structs.ClientRPCForwardResponse
-	err := s.connPool.RPC(ctx, addr, "ClientRPC.Forward", &req, &resp)
+	err = s.connPool.RPC(ctx, addr, "ClientRPC.Forward", &req, &resp)
 	switch {
 	case err == nil:
 	case errors.Is(err, errDial):
@@ -294,16 +304,15 @@ func (c *ClientRPC) Forward(args *structs.ClientRPCForwardRequest, reply *struct
 	if r := args.Region; r != "" && r != srv.config.Region {
 		return fmt.Errorf("%w: %q", structs.ErrWrongRegion, r)
 	}
-	if args.Session() != nil {
-		// Only servers relay: a node must not reach other nodes through us.
-		return fmt.Errorf("%w: ClientRPC.Forward is for servers, not client sessions", structs.ErrPermissionDenied)
-	}
 	if args.NodeID == "" || args.Method == "" {
 		return fmt.Errorf("%w: node ID and method are required", structs.ErrInvalidRequest)
 	}
 	session, ok := srv.nodeSession(args.NodeID)
 	if !ok {
 		return fmt.Errorf("%w: node %s has no session on server %s", structs.ErrNodeNotConnected, args.NodeID, srv.advertise)
+	}
+	if err := srv.nodeRelayAllowed(args); err != nil {
+		return err
 	}
 	timeout := args.Timeout
 	if timeout <= 0 {

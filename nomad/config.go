@@ -43,6 +43,15 @@ type Config struct {
 	BootstrapExpect int
 	// RetryJoin are RPC addresses of other servers to contact until joined.
 	RetryJoin []string
+
+	// OperatorToken, when set, is the token that carries an operator's
+	// authority (deregistering any node). Without it only a node itself
+	// may deregister; an empty token is never an operator.
+	OperatorToken string
+	// ClientIntroTokens, when any is set, are the node introduction
+	// credentials a new node must show (its client intro_token) to
+	// register. Without them any node may register (an unsecured cluster).
+	ClientIntroTokens []string
 	// JoinInterval is how often servers probe each other.
 	JoinInterval time.Duration
 	// MemberFailAfter marks a server failed after this long without an answer.

@@ -212,6 +212,7 @@ func (s *Server) reconcileVoters() {
 	for _, srv := range future.Configuration().Servers {
 		inConfig[srv.ID] = srv.Address
 	}
+members:
 	for _, m := range s.members.alive() {
 		id, addr := raft.ServerID(m.ID), raft.ServerAddress(m.Addr)
 		if got, ok := inConfig[id]; ok && got == addr {
@@ -221,6 +222,14 @@ func (s *Server) reconcileVoters() {
 		// replaces its stale entry.
 		for oldID, oldAddr := range inConfig {
 			if oldAddr == addr && oldID != id {
+				if s.members.isAlive(string(oldID)) {
+					// Never replace a voter that still answers: two
+					// servers cannot both answer at one address, so one of
+					// the claims is stale or false; wait until it fails.
+					s.logger.Warn("server answers at a live voter's address; not replacing the voter",
+						"id", m.ID, "address", m.Addr, "voter_id", oldID)
+					continue members
+				}
 				s.logger.Info("removing stale raft peer", "id", oldID, "address", oldAddr)
 				if err := s.raft.RemoveServer(oldID, 0, 0).Error(); err != nil {
 					s.logger.Warn("remove stale raft peer", "id", oldID, "error", err)

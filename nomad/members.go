@@ -20,12 +20,26 @@ type memberList struct {
 
 	mu      sync.Mutex
 	members map[string]*memberState // by server ID
-	addrs   map[string]struct{}     // every address heard of, to probe
+	addrs   map[string]*probeAddr   // every address heard of, to probe
 	// left holds servers removed from the Raft configuration on purpose,
 	// with when: the leader must not add one back while it is still
 	// answering on its way out.
 	left map[string]time.Time
 }
+
+// probeAddr is an address the join loop probes.
+type probeAddr struct {
+	// permanent addresses (server_join) are probed for good; others are
+	// forgotten once nothing has answered there for forgetAfter.
+	permanent bool
+	// last is when the address was learnt or last answered.
+	last time.Time
+}
+
+// forgetAfter is how many failAfter periods an address that never answers
+// stays on the probe list: long enough for a server that restarts to come
+// back, short enough that made-up addresses from Joins do not pile up.
+const forgetAfter = 10
 
 type memberState struct {
 	member   structs.ServerMember
@@ -38,7 +52,7 @@ func newMemberList(self *structs.ServerMember, failAfter time.Duration) *memberL
 		self:      self,
 		failAfter: failAfter,
 		members:   make(map[string]*memberState),
-		addrs:     make(map[string]struct{}),
+		addrs:     make(map[string]*probeAddr),
 		left:      make(map[string]time.Time),
 	}
 }
@@ -58,8 +72,13 @@ func (l *memberList) seen(m structs.ServerMember, hasState bool) {
 		}
 		delete(l.left, m.ID)
 	}
-	l.members[m.ID] = &memberState{member: m, hasState: hasState, lastSeen: time.Now()}
-	l.addrs[m.Addr] = struct{}{}
+	now := time.Now()
+	l.members[m.ID] = &memberState{member: m, hasState: hasState, lastSeen: now}
+	if pa, ok := l.addrs[m.Addr]; ok {
+		pa.last = now
+	} else {
+		l.addrs[m.Addr] = &probeAddr{last: now}
+	}
 }
 
 // markLeft forgets a server removed from the Raft configuration on purpose.
@@ -82,14 +101,57 @@ func (l *memberList) lastSeen(id string) (time.Time, bool) {
 	return st.lastSeen, true
 }
 
-// learn records an address worth probing.
-func (l *memberList) learn(addr string) {
+// maxProbeAddrs bounds the addresses a server probes: a Join names an
+// address to probe, and a stream of Joins naming made-up addresses must
+// not grow the probe list without end.
+const maxProbeAddrs = 256
+
+// learn records an address worth probing. It reports false when the list
+// is full and addr was not added.
+func (l *memberList) learn(addr string) bool {
+	return l.addAddr(addr, false)
+}
+
+// learnPermanent records an address to probe for good (server_join).
+func (l *memberList) learnPermanent(addr string) {
+	l.addAddr(addr, true)
+}
+
+func (l *memberList) addAddr(addr string, permanent bool) bool {
 	if addr == "" || addr == l.self.Addr {
-		return
+		return true
 	}
 	l.mu.Lock()
-	l.addrs[addr] = struct{}{}
-	l.mu.Unlock()
+	defer l.mu.Unlock()
+	if pa, ok := l.addrs[addr]; ok {
+		pa.permanent = pa.permanent || permanent
+		return true
+	}
+	if !permanent && len(l.addrs) >= maxProbeAddrs {
+		return false
+	}
+	l.addrs[addr] = &probeAddr{permanent: permanent, last: time.Now()}
+	return true
+}
+
+// answeredAt reports whether a server answered a probe at addr recently.
+func (l *memberList) answeredAt(addr string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, st := range l.members {
+		if st.member.Addr == addr && time.Since(st.lastSeen) <= l.failAfter {
+			return true
+		}
+	}
+	return false
+}
+
+// isAlive reports whether the server with this ID answered recently.
+func (l *memberList) isAlive(id string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	st, ok := l.members[id]
+	return ok && time.Since(st.lastSeen) <= l.failAfter
 }
 
 // targets returns the addresses to probe, sorted.
@@ -97,7 +159,11 @@ func (l *memberList) targets() []string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	out := make([]string, 0, len(l.addrs))
-	for a := range l.addrs {
+	for a, pa := range l.addrs {
+		if !pa.permanent && time.Since(pa.last) > forgetAfter*l.failAfter {
+			delete(l.addrs, a)
+			continue
+		}
 		out = append(out, a)
 	}
 	sort.Strings(out)
@@ -156,7 +222,7 @@ func (l *memberList) anyHasState() bool {
 // and notice when a server stops answering.
 func (s *Server) joinLoop() {
 	for _, addr := range s.config.RetryJoin {
-		s.members.learn(addr)
+		s.members.learnPermanent(addr)
 	}
 	ticker := time.NewTicker(s.config.JoinInterval)
 	defer ticker.Stop()
@@ -192,6 +258,15 @@ func (s *Server) probeMembers() {
 			if resp.Self.Region != s.config.Region {
 				s.logger.Warn("server at join address is in another region; ignoring",
 					"address", addr, "region", resp.Self.Region)
+				return
+			}
+			if resp.Self.Addr != addr && !s.isRetryJoinAddr(addr) {
+				// A server is known by the address it answers at; one that
+				// claims another address is not taken at its word. (An
+				// address from server_join may be a name for the one the
+				// server advertises: the operator vouched for it.)
+				s.logger.Warn("server at join address claims another address; ignoring",
+					"address", addr, "claimed", resp.Self.Addr)
 				return
 			}
 			if ours := req.ClusterID; ours != "" && resp.ClusterID != "" && resp.ClusterID != ours {

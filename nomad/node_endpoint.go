@@ -40,6 +40,11 @@ func (n *Node) Register(args *structs.NodeRegisterRequest, reply *structs.NodeUp
 	if existing != nil && existing.SecretID != args.Node.SecretID {
 		return fmt.Errorf("%w: node %s is registered with another secret", structs.ErrPermissionDenied, args.Node.ID)
 	}
+	if existing == nil {
+		if err := n.srv.introAllowed(args.IntroToken); err != nil {
+			return err
+		}
+	}
 	if holder, err := store.NodeBySecretID(nil, args.Node.SecretID); err != nil {
 		return err
 	} else if holder != nil && holder.ID != args.Node.ID {
@@ -163,18 +168,23 @@ func (n *Node) Deregister(args *structs.NodeDeregisterRequest, reply *structs.Ge
 		return fmt.Errorf("%w: no node IDs given", structs.ErrInvalidRequest)
 	}
 	store := n.srv.State()
-	// A node may deregister only itself. Without a node's token the caller
-	// is an operator (there are no ACLs yet).
-	if args.AuthToken != "" {
+	// A node may deregister only itself; an operator (the server's
+	// operator_token) any node. Anyone else, and an empty token above all,
+	// is nobody.
+	if !n.srv.isOperator(args.AuthToken) {
+		if args.AuthToken == "" {
+			return fmt.Errorf("%w: deregistering a node needs the node's secret or the operator token", structs.ErrPermissionDenied)
+		}
 		caller, err := store.NodeBySecretID(nil, args.AuthToken)
 		if err != nil {
 			return err
 		}
-		if caller != nil {
-			for _, id := range args.NodeIDs {
-				if id != caller.ID {
-					return fmt.Errorf("%w: node %s may not deregister node %s", structs.ErrPermissionDenied, caller.ID, id)
-				}
+		if caller == nil {
+			return fmt.Errorf("%w: token is neither a node's secret nor the operator token", structs.ErrPermissionDenied)
+		}
+		for _, id := range args.NodeIDs {
+			if id != caller.ID {
+				return fmt.Errorf("%w: node %s may not deregister node %s", structs.ErrPermissionDenied, caller.ID, id)
 			}
 		}
 	}

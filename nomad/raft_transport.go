@@ -1,11 +1,14 @@
 package nomad
 
 import (
+	"sync"
+
 	"github.com/hashicorp/raft"
 )
 
 // raftTransport is Raft's network transport without pipelined
-// replication.
+// replication, and with every incoming Raft RPC vetted before Raft sees
+// it.
 //
 // Raft's pipelined replication can block for good in a pipeline's
 // AppendEntries: once the replication's decoder stops (a peer answered
@@ -20,17 +23,98 @@ import (
 // Raft replicates with one AppendEntries at a time, each carrying every
 // entry not yet sent, and every send is bounded by the transport's
 // timeout.
+//
+// Anyone who can open the RPC port can write a Raft frame; vet refuses
+// the ones whose sender is not a server this one trusts (see
+// peer_trust.go), answering with the error and never handing them to
+// Raft, so a refused AppendEntries neither changes the term nor appends
+// an entry.
 type raftTransport struct {
 	*raft.NetworkTransport
+
+	// vet returns nil for an RPC Raft may see; nil vet lets every RPC
+	// through (unit tests that build a bare transport).
+	vet func(raft.RPC) error
+
+	consumeCh chan raft.RPC
+	startOnce sync.Once
+	closeOnce sync.Once
+	done      chan struct{}
+	wg        sync.WaitGroup
 }
 
 var _ raft.WithClose = (*raftTransport)(nil)
 
-func newRaftTransport(t *raft.NetworkTransport) *raftTransport {
-	return &raftTransport{NetworkTransport: t}
+func newRaftTransport(t *raft.NetworkTransport, vet func(raft.RPC) error) *raftTransport {
+	return &raftTransport{
+		NetworkTransport: t,
+		vet:              vet,
+		consumeCh:        make(chan raft.RPC),
+		done:             make(chan struct{}),
+	}
 }
 
 // AppendEntriesPipeline tells Raft to replicate without a pipeline.
 func (t *raftTransport) AppendEntriesPipeline(raft.ServerID, raft.ServerAddress) (raft.AppendPipeline, error) {
 	return nil, raft.ErrPipelineReplicationNotSupported
+}
+
+// Consumer returns the vetted RPCs. The relay from the network transport
+// starts with the first call and stops on Close.
+func (t *raftTransport) Consumer() <-chan raft.RPC {
+	if t.vet == nil {
+		return t.NetworkTransport.Consumer()
+	}
+	t.startOnce.Do(func() {
+		t.wg.Add(1)
+		go t.relay()
+	})
+	return t.consumeCh
+}
+
+func (t *raftTransport) relay() {
+	defer t.wg.Done()
+	in := t.NetworkTransport.Consumer()
+	for {
+		select {
+		case rpc := <-in:
+			if err := t.vet(rpc); err != nil {
+				rpc.Respond(nil, err)
+				continue
+			}
+			select {
+			case t.consumeCh <- rpc:
+			case <-t.done:
+				rpc.Respond(nil, raft.ErrTransportShutdown)
+				return
+			}
+		case <-t.done:
+			return
+		}
+	}
+}
+
+// SetHeartbeatHandler vets heartbeats too: the network transport hands
+// them to Raft on a fast path that skips Consumer, and a heartbeat with a
+// higher term is enough to depose a leader.
+func (t *raftTransport) SetHeartbeatHandler(cb func(raft.RPC)) {
+	if t.vet == nil || cb == nil {
+		t.NetworkTransport.SetHeartbeatHandler(cb)
+		return
+	}
+	t.NetworkTransport.SetHeartbeatHandler(func(rpc raft.RPC) {
+		if err := t.vet(rpc); err != nil {
+			rpc.Respond(nil, err)
+			return
+		}
+		cb(rpc)
+	})
+}
+
+// Close stops the relay, then the network transport.
+func (t *raftTransport) Close() error {
+	t.closeOnce.Do(func() { close(t.done) })
+	err := t.NetworkTransport.Close()
+	t.wg.Wait()
+	return err
 }

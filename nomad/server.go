@@ -259,7 +259,7 @@ func (s *Server) setupRaft() error {
 		MaxPool: 3,
 		Timeout: 10 * time.Second,
 		Logger:  &raftNetLogger{Logger: s.config.Logger.Named("raft-net"), limited: s.raftNetLog},
-	}))
+	}), s.vetRaftRPC)
 
 	var (
 		logs   raft.LogStore
@@ -442,6 +442,10 @@ func (s *Server) handleConn(conn net.Conn, session *yamux.Session, peer connPeer
 		s.trackConn(conn, false)
 	case b[0] == structs.RPCRaft && !inSession:
 		if !s.requireServerPeer(conn, peer, "raft") {
+			return
+		}
+		if s.vetRaftConn(conn) != nil {
+			s.closeConn(conn)
 			return
 		}
 		s.trackConn(conn, false) // Raft owns it from here

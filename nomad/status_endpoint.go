@@ -1,6 +1,8 @@
 package nomad
 
 import (
+	"fmt"
+
 	"github.com/roamhq/roam/structs"
 )
 
@@ -66,11 +68,18 @@ func (st *Status) Members(args *structs.GenericRequest, reply *structs.ServerMem
 }
 
 // Join is called by another server to announce itself; the reply tells it
-// what this server knows.
+// what this server knows. The caller's claims are not taken at their word:
+// its address is only added to those this server probes, and it becomes a
+// member once it answers a probe there as a server of this region (see
+// peer_trust.go). So a Join naming a made-up or someone else's address
+// adds no voter and replaces none.
 func (st *Status) Join(args *structs.ServerJoinRequest, reply *structs.ServerJoinResponse) error {
 	srv := st.srv
 	if args.Member.ID == "" || args.Member.Addr == "" {
-		return structs.ErrInvalidRequest
+		return fmt.Errorf("%w: join names no server id and address", structs.ErrInvalidRequest)
+	}
+	if args.Session() != nil {
+		return fmt.Errorf("%w: Status.Join is for servers, not client sessions", ErrNotAServer)
 	}
 	ours := srv.ClusterID()
 	foreign := ours != "" && args.ClusterID != "" && args.ClusterID != ours
@@ -80,7 +89,12 @@ func (st *Status) Join(args *structs.ServerJoinRequest, reply *structs.ServerJoi
 		srv.logger.Warn("ignoring a server of another cluster", "id", args.Member.ID, "address", args.Member.Addr,
 			"its_cluster_id", args.ClusterID, "cluster_id", ours)
 	} else if args.Member.Region == srv.config.Region {
-		srv.members.seen(args.Member, args.HasState)
+		// A Join only names an address to probe: the server becomes a
+		// member by answering there (see probeMembers).
+		if !srv.members.learn(args.Member.Addr) {
+			srv.connRejected("join_probe_list_full", "join not recorded: too many server addresses to probe",
+				"address", args.Member.Addr, "limit", maxProbeAddrs)
+		}
 	}
 	leaderAddr, _ := srv.Leader()
 	*reply = structs.ServerJoinResponse{

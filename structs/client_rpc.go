@@ -42,6 +42,10 @@ type ClientRPCForwardRequest struct {
 	Args []byte
 	// Timeout bounds the call on the relaying server; zero means its default.
 	Timeout time.Duration
+	// NodeIndex is the node's ModifyIndex where the calling server read
+	// its secret (the AuthToken): a relaying server whose state is behind
+	// waits, briefly, to reach it before it checks the token.
+	NodeIndex uint64
 	WriteRequest
 }
 

@@ -82,11 +82,15 @@ type Task struct {
 	Name   string
 	Driver string
 	// Config is the driver's own configuration (raw_exec: command, args).
-	Config       map[string]any
-	Env          map[string]string
-	Resources    *Resources
-	KillTimeout  time.Duration
-	KillSignal   string
+	Config      map[string]any
+	Env         map[string]string
+	Resources   *Resources
+	KillTimeout time.Duration
+	KillSignal  string
+	// User is the account a raw_exec task runs as; empty means the
+	// client's own (root on most hosts), which can read anything on the
+	// host. A task run as another user cannot read the client's state.
+	User         string
 	VolumeMounts []*VolumeMount
 	Meta         map[string]string
 	// CSIPluginConfig, when set, makes the task a CSI plugin: the client
@@ -411,6 +415,9 @@ func (tg *TaskGroup) validate(jobType string, p *Problems) {
 		} else if err := ValidateDriverConfig(t.Driver, t.Config); err != nil {
 			add("task %q: %v", t.Name, err)
 		}
+		if t.User != "" && !ValidUserName(t.User) {
+			add("task %q: user %q is not a user name (lowercase letters, digits, _ and -, at most 32)", t.Name, t.User)
+		}
 		if r := t.Resources; r != nil {
 			if r.CPU < 0 || r.MemoryMB < 0 {
 				add("task %q: resources must not be negative", t.Name)
@@ -474,3 +481,21 @@ func (j *Job) LookupTaskGroup(name string) *TaskGroup {
 
 // Stopped reports whether the job should run nothing.
 func (j *Job) Stopped() bool { return j == nil || j.Stop }
+
+// ValidUserName reports whether name is a plain POSIX user name: a
+// lowercase letter or _, then lowercase letters, digits, _ or -, at most
+// 32 in all.
+func ValidUserName(name string) bool {
+	if len(name) == 0 || len(name) > 32 {
+		return false
+	}
+	for i, r := range name {
+		switch {
+		case r >= 'a' && r <= 'z', r == '_':
+		case i > 0 && (r >= '0' && r <= '9' || r == '-'):
+		default:
+			return false
+		}
+	}
+	return true
+}

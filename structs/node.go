@@ -263,6 +263,10 @@ type NodeRegisterRequest struct {
 	Node *Node
 	// Evals are created by the server (system jobs for a ready node).
 	Evals []*Evaluation
+	// IntroToken is the node introduction credential (the client's
+	// intro_token) a new node shows when the servers require one. The
+	// server never writes it to Raft.
+	IntroToken string
 	WriteRequest
 }
 

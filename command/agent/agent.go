@@ -189,6 +189,8 @@ func (a *Agent) setupServer() error {
 	sc.CSINodeDetachTimeout = parseDurationOr(c.Server.CSINodeDetachTimeout, sc.CSINodeDetachTimeout)
 	sc.DeadServerCleanupAfter = parseDurationOr(c.Server.DeadServerCleanupAfter, sc.DeadServerCleanupAfter)
 	sc.LeaveOnTerminate = c.LeaveOnTerminate
+	sc.OperatorToken = c.Server.OperatorToken
+	sc.ClientIntroTokens = c.Server.ClientIntroTokens
 	limits := c.limits()
 	sc.RPCMaxConnsPerClient = limits.RPCMaxConnsPerClient
 	sc.RPCHandshakeTimeout = parseDurationOr(limits.RPCHandshakeTimeout, sc.RPCHandshakeTimeout)
@@ -240,6 +242,9 @@ func (a *Agent) clientConfig(httpAdvertise string) (*client.Config, error) {
 	cc.HTTPAddr = httpAdvertise
 	cc.Servers = c.Client.Servers
 	cc.CSINodeCallTimeout = parseDurationOr(c.Client.CSINodeCallTimeout, cc.CSINodeCallTimeout)
+	cc.DisableRawExec = !c.rawExecEnabled()
+	cc.RawExecDefaultUser = c.rawExecDefaultUser()
+	cc.IntroToken = c.Client.IntroToken
 	if len(cc.Servers) == 0 && a.server != nil {
 		cc.Servers = []string{a.server.Addr()}
 	}
@@ -273,7 +278,8 @@ func (a *Agent) RPCContext(ctx context.Context, method string, args, reply any) 
 	case a.server != nil:
 		return a.server.RPCContext(ctx, method, args, reply)
 	case a.client != nil:
-		return a.client.RPCContext(ctx, method, args, reply)
+		// The caller's token, never the node's secret.
+		return a.client.ForwardContext(ctx, method, args, reply)
 	}
 	return errNoRPC
 }

@@ -31,13 +31,19 @@ type Config struct {
 	LogLevel   string `hcl:"log_level,optional"`
 	// LeaveOnTerminate makes a server leave the Raft configuration when it
 	// shuts down (after handing leadership over, if it led).
-	LeaveOnTerminate bool          `hcl:"leave_on_terminate,optional"`
-	Ports            *Ports        `hcl:"ports,block"`
-	Advertise        *Advertise    `hcl:"advertise,block"`
-	Server           *ServerConfig `hcl:"server,block"`
-	Client           *ClientConfig `hcl:"client,block"`
-	Limits           *Limits       `hcl:"limits,block"`
-	TLS              *TLSConfig    `hcl:"tls,block"`
+	LeaveOnTerminate bool `hcl:"leave_on_terminate,optional"`
+	// InsecureBind lets an agent without TLS bind a non-loopback address:
+	// its RPC and HTTP ports then take anyone on the network at their
+	// word (see docs/trust.md). Without it such an agent refuses to start.
+	InsecureBind bool          `hcl:"insecure_bind,optional"`
+	Ports        *Ports        `hcl:"ports,block"`
+	Advertise    *Advertise    `hcl:"advertise,block"`
+	Server       *ServerConfig `hcl:"server,block"`
+	Client       *ClientConfig `hcl:"client,block"`
+	Limits       *Limits       `hcl:"limits,block"`
+	TLS          *TLSConfig    `hcl:"tls,block"`
+	// Plugins configure task drivers: plugin "raw_exec" { config { ... } }.
+	Plugins []*PluginConfig `hcl:"plugin,block"`
 
 	// DevMode runs server and client in one process with in-memory Raft.
 	DevMode bool
@@ -105,6 +111,12 @@ type ServerConfig struct {
 	// CSINodeDetachTimeout bounds the server's ClientCSI.NodeDetachVolume
 	// call to a client; it must exceed the clients' csi_node_call_timeout.
 	CSINodeDetachTimeout string `hcl:"csi_node_detach_timeout,optional"`
+	// OperatorToken is the token with an operator's authority (for now:
+	// deregistering any node). Unset, only a node deregisters itself.
+	OperatorToken string `hcl:"operator_token,optional"`
+	// ClientIntroTokens, when set, are the tokens a new node must show
+	// (its client intro_token) to register.
+	ClientIntroTokens []string `hcl:"client_intro_tokens,optional"`
 }
 
 // ServerJoin is the server_join block.
@@ -126,6 +138,25 @@ type ClientConfig struct {
 	// (stage, publish, unpublish, unstage) and a server's whole
 	// NodeDetachVolume request, as a Go duration string.
 	CSINodeCallTimeout string `hcl:"csi_node_call_timeout,optional"`
+	// IntroToken is this node's introduction credential, shown when it
+	// registers for the first time.
+	IntroToken string `hcl:"intro_token,optional"`
+}
+
+// PluginConfig is a plugin "NAME" { config { ... } } block. Only raw_exec
+// is known.
+type PluginConfig struct {
+	Name   string              `hcl:"name,label"`
+	Config *PluginConfigValues `hcl:"config,block"`
+}
+
+// PluginConfigValues is a plugin's config block.
+type PluginConfigValues struct {
+	// Enabled turns the driver on; raw_exec is off by default outside -dev.
+	Enabled *bool `hcl:"enabled,optional"`
+	// DefaultUser is the account a task that names no user runs as;
+	// unset, such a task runs as the agent's user.
+	DefaultUser string `hcl:"default_user,optional"`
 }
 
 // CSIPluginConfig is a client's csi_plugin block.
@@ -140,7 +171,9 @@ type CSIPluginConfig struct {
 // DefaultConfig is the configuration before any file or flag.
 func DefaultConfig() *Config {
 	return &Config{
-		BindAddr:   "0.0.0.0",
+		// Loopback until the operator says otherwise: an agent without TLS
+		// must not be reachable from the network by default.
+		BindAddr:   "127.0.0.1",
 		Region:     "global",
 		Datacenter: "dc1",
 		LogLevel:   "INFO",
@@ -162,6 +195,8 @@ func DevConfig() *Config {
 	c.Server.Enabled = true
 	c.Server.BootstrapExpect = 1
 	c.Client.Enabled = true
+	on := true
+	c.Plugins = []*PluginConfig{{Name: "raw_exec", Config: &PluginConfigValues{Enabled: &on}}}
 	return c
 }
 
@@ -292,6 +327,8 @@ func (c *Config) Merge(o *Config) *Config {
 	setStr(&r.LogLevel, o.LogLevel)
 	r.DevMode = r.DevMode || o.DevMode
 	r.LeaveOnTerminate = r.LeaveOnTerminate || o.LeaveOnTerminate
+	r.InsecureBind = r.InsecureBind || o.InsecureBind
+	r.Plugins = append(append([]*PluginConfig(nil), r.Plugins...), o.Plugins...)
 	if o.Ports != nil {
 		p := *r.Ports
 		setInt(&p.HTTP, o.Ports.HTTP)
@@ -316,6 +353,8 @@ func (c *Config) Merge(o *Config) *Config {
 		setStr(&s.LeaveDrainTimeout, o.Server.LeaveDrainTimeout)
 		setStr(&s.CSINodeDetachTimeout, o.Server.CSINodeDetachTimeout)
 		setStr(&s.DeadServerCleanupAfter, o.Server.DeadServerCleanupAfter)
+		setStr(&s.OperatorToken, o.Server.OperatorToken)
+		s.ClientIntroTokens = append(append([]string(nil), s.ClientIntroTokens...), o.Server.ClientIntroTokens...)
 		if o.Server.ServerJoin != nil {
 			j := ServerJoin{}
 			if s.ServerJoin != nil {
@@ -354,6 +393,7 @@ func (c *Config) Merge(o *Config) *Config {
 		cl.Servers = append(append([]string(nil), cl.Servers...), o.Client.Servers...)
 		setStr(&cl.NodeClass, o.Client.NodeClass)
 		setStr(&cl.CSINodeCallTimeout, o.Client.CSINodeCallTimeout)
+		setStr(&cl.IntroToken, o.Client.IntroToken)
 		cl.CSIPlugins = append(append([]*CSIPluginConfig(nil), cl.CSIPlugins...), o.Client.CSIPlugins...)
 		if o.Client.Meta != nil {
 			m := make(map[string]string, len(cl.Meta)+len(o.Client.Meta))
@@ -414,6 +454,9 @@ func (c *Config) Validate() error {
 		if err := tc.Validate(); err != nil {
 			return fmt.Errorf("config: %w", err)
 		}
+	}
+	if err := c.validateTrust(); err != nil {
+		return err
 	}
 	return c.validateNodeTimeouts()
 }

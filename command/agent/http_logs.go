@@ -2,11 +2,9 @@ package agent
 
 import (
 	"errors"
-	"fmt"
 	"io"
 	"io/fs"
 	"net/http"
-	"net/url"
 	"strconv"
 
 	"github.com/roamhq/roam/client"
@@ -16,11 +14,6 @@ import (
 // logsPathPrefix is the route that takes an allocation ID and answers
 // with a task's log.
 const logsPathPrefix = "/v1/client/fs/logs/"
-
-// logProxyHeader marks a logs request one agent passed on to the agent of
-// the allocation's node, which must answer it itself or fail: requests
-// are passed on at most once.
-const logProxyHeader = "X-Roam-Log-Proxy"
 
 // allocLogger reads a task's log on this agent's client: stream is
 // "stdout" or "stderr", origin "start" or "end", and offset counts bytes
@@ -80,7 +73,7 @@ func parseLogParams(r *http.Request) (logParams, error) {
 // stderr as plain text (Nomad's plain=true; Roam has no framed output, so
 // plain is also the default). The task may be left out when the
 // allocation's group has one. When another node runs the allocation, the
-// request is passed on to that node's agent and its answer relayed.
+// log is read from that node through the servers (see relayLogs).
 func (s *HTTPServer) allocLogs(w http.ResponseWriter, r *http.Request) (any, error) {
 	p, err := parseLogParams(r)
 	if err != nil {
@@ -116,10 +109,7 @@ func (s *HTTPServer) allocLogs(w http.ResponseWriter, r *http.Request) (any, err
 		streamPlain(w, rc)
 		return nil, nil
 	}
-	if r.Header.Get(logProxyHeader) != "" {
-		return nil, badRequest("alloc %s is not on this node", alloc.ID)
-	}
-	return nil, s.proxyLogs(w, r, alloc, p)
+	return nil, s.relayLogs(w, r, alloc, p)
 }
 
 // logError maps the client's log errors to HTTP statuses.
@@ -177,57 +167,45 @@ func streamPlain(w http.ResponseWriter, src io.Reader) {
 	}
 }
 
-// logProxyClient passes logs requests on; no overall timeout, since a log
-// may be long, but bound to the request's context.
-var logProxyClient = &http.Client{}
-
-// proxyLogs asks the agent of the allocation's node for the log and
-// relays its answer.
-func (s *HTTPServer) proxyLogs(w http.ResponseWriter, r *http.Request, alloc *structs.Allocation, p logParams) error {
-	args := structs.NodeSpecificRequest{NodeID: alloc.NodeID}
+// relayLogs reads the log from the allocation's node through the
+// servers, which reach the node over its own session, a piece at a time,
+// and streams it as it arrives. The caller's token goes to the servers,
+// never to the node, and no request goes to an address the node reported
+// about itself. Like a local read, it ends at the size the log had when
+// the first piece was read.
+func (s *HTTPServer) relayLogs(w http.ResponseWriter, r *http.Request, alloc *structs.Allocation, p logParams) error {
+	args := structs.AllocLogsRequest{AllocID: alloc.ID, Task: p.task, Stream: p.stream, Origin: p.origin, Offset: p.offset}
 	args.Region = s.region(r)
 	args.AuthToken = r.Header.Get("X-Nomad-Token")
-	var reply structs.SingleNodeResponse
-	if err := s.rpc(r, "Node.GetNode", &args, &reply); err != nil {
-		return err
+	flusher, _ := w.(http.Flusher)
+	started := false
+	var end int64
+	for {
+		var reply structs.AllocLogsResponse
+		if err := s.rpc(r, "Alloc.Logs", &args, &reply); err != nil {
+			if !started {
+				return err
+			}
+			// A failure after the status is sent can only end the body.
+			return nil
+		}
+		if !started {
+			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+			w.WriteHeader(http.StatusOK)
+			started, end = true, reply.Size
+		}
+		if len(reply.Data) > 0 {
+			if _, err := w.Write(reply.Data); err != nil {
+				return nil
+			}
+			if flusher != nil {
+				flusher.Flush()
+			}
+		}
+		next := reply.Offset + int64(len(reply.Data))
+		if len(reply.Data) == 0 || next >= end {
+			return nil
+		}
+		args.Origin, args.Offset = "start", next
 	}
-	if reply.Node == nil || reply.Node.HTTPAddr == "" {
-		return &codedError{code: http.StatusBadGateway,
-			msg: fmt.Sprintf("alloc %s is on node %s, whose HTTP address is unknown", alloc.ID, alloc.NodeID)}
-	}
-	params := url.Values{}
-	params.Set("task", p.task)
-	params.Set("type", p.stream)
-	params.Set("origin", p.origin)
-	params.Set("offset", strconv.FormatInt(p.offset, 10))
-	params.Set("plain", "true")
-	target := "http://" + reply.Node.HTTPAddr + logsPathPrefix + url.PathEscape(alloc.ID) + "?" + params.Encode()
-	req, err := http.NewRequestWithContext(r.Context(), http.MethodGet, target, nil)
-	if err != nil {
-		return fmt.Errorf("build logs request for node %s: %w", alloc.NodeID, err)
-	}
-	req.Header.Set(logProxyHeader, "1")
-	if tok := r.Header.Get("X-Nomad-Token"); tok != "" {
-		req.Header.Set("X-Nomad-Token", tok)
-	}
-	resp, err := logProxyClient.Do(req)
-	if err != nil {
-		return &codedError{code: http.StatusBadGateway,
-			msg: fmt.Sprintf("alloc %s is on node %s; asking its agent at http://%s failed: %v",
-				alloc.ID, alloc.NodeID, reply.Node.HTTPAddr, err)}
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-		return &codedError{code: resp.StatusCode, msg: string(trimNewline(msg))}
-	}
-	streamPlain(w, resp.Body)
-	return nil
-}
-
-func trimNewline(b []byte) []byte {
-	for len(b) > 0 && (b[len(b)-1] == '\n' || b[len(b)-1] == '\r') {
-		b = b[:len(b)-1]
-	}
-	return b
 }

@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"os/exec"
+	"os/user"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
+	"strconv"
 )
 
 // Errors returned by the driver. Wrapped errors name the task; compare with
@@ -61,7 +63,16 @@ type Config struct {
 	StartTimeout time.Duration
 	// Logger is required in production; nil means no logs.
 	Logger hclog.Logger
+	// Disabled refuses to start tasks (ErrDisabled); tasks started before
+	// can still be recovered and stopped.
+	Disabled bool
+	// DefaultUser is the account a task that names none runs as; empty
+	// means the client's own.
+	DefaultUser string
 }
+
+// ErrDisabled is returned by Start on a driver that is not enabled.
+var ErrDisabled = errors.New("raw_exec is not enabled on this client")
 
 // DefaultConfig returns a Config that works as is.
 func DefaultConfig() Config {
@@ -83,6 +94,8 @@ type Driver struct {
 	executor     string
 	startTimeout time.Duration
 	logger       hclog.Logger
+	disabled     bool
+	defaultUser  string
 }
 
 // New returns a driver.
@@ -94,6 +107,8 @@ func New(cfg Config) (*Driver, error) {
 		executor:     cfg.ExecutorPath,
 		startTimeout: cfg.StartTimeout,
 		logger:       cfg.Logger,
+		disabled:     cfg.Disabled,
+		defaultUser:  cfg.DefaultUser,
 	}
 	if d.executor == "" {
 		exe, err := os.Executable()
@@ -120,8 +135,13 @@ type TaskConfig struct {
 	// a bare name looked up in the task's PATH.
 	Command string
 	Args    []string
-	// Env is added to (and overrides) the client's own environment.
+	// Env is added to PATH, LANG, LC_ALL and TZ of the client's own
+	// environment (and overrides them); nothing else of it is passed on.
 	Env map[string]string
+	// User, when set, is the account the task runs as (the executor stays
+	// the client's). The caller makes the task's directories writable to
+	// it.
+	User string
 	// Dir is the task directory and working directory; Start creates it.
 	Dir string
 	// StdoutPath and StderrPath receive the task's output, appended; empty
@@ -146,6 +166,9 @@ type TaskConfig struct {
 func (d *Driver) Start(ctx context.Context, cfg TaskConfig) (*Handle, error) {
 	if cfg.ID == "" {
 		return nil, errors.New("rawexec: task ID is empty")
+	}
+	if d.disabled {
+		return nil, fmt.Errorf("rawexec: start task %q: %w (enable it with plugin \"raw_exec\" { config { enabled = true } })", cfg.ID, ErrDisabled)
 	}
 	fail := func(err error) (*Handle, error) {
 		return nil, fmt.Errorf("rawexec: start task %q: %w", cfg.ID, err)
@@ -176,8 +199,17 @@ func (d *Driver) Start(ctx context.Context, cfg TaskConfig) (*Handle, error) {
 	if err := os.MkdirAll(exeDir, 0o755); err != nil {
 		return fail(fmt.Errorf("create task dir: %w", err))
 	}
+	var cred *taskCredential
+	if cfg.User != "" {
+		uid, gid, err := LookupUser(cfg.User)
+		if err != nil {
+			return fail(err)
+		}
+		cred = &taskCredential{UID: uid, GID: gid}
+	}
 	spec := executorSpec{
 		ID:         cfg.ID,
+		Credential: cred,
 		Command:    command,
 		Args:       cfg.Args,
 		Env:        env,
@@ -302,14 +334,22 @@ func (d *Driver) Reattach(state HandleState) (*Handle, error) {
 	return nil, fmt.Errorf("rawexec: reattach task %q (pid %d): %w", state.ID, state.TaskPID, ErrTaskGone)
 }
 
-// taskEnv is the client's environment overlaid with the task's variables.
+// inheritedEnv are the only variables of the client's own environment a
+// task gets: what a program needs to find commands and speak the host's
+// locale. Anything else the agent was started with (a token, a cloud
+// credential) stays out of the task's reach unless the job gives it.
+var inheritedEnv = []string{"PATH", "LANG", "LC_ALL", "TZ"}
+
+// taskEnv is inheritedEnv from the client's environment, overlaid with the
+// task's variables.
 func taskEnv(extra map[string]string) []string {
-	env := os.Environ()
-	out := make([]string, 0, len(env)+len(extra))
-	for _, kv := range env {
-		k, _, _ := strings.Cut(kv, "=")
-		if _, override := extra[k]; !override {
-			out = append(out, kv)
+	out := make([]string, 0, len(inheritedEnv)+len(extra))
+	for _, k := range inheritedEnv {
+		if _, override := extra[k]; override {
+			continue
+		}
+		if v, ok := os.LookupEnv(k); ok {
+			out = append(out, k+"="+v)
 		}
 	}
 	for k, v := range extra {
@@ -400,4 +440,33 @@ func logTail(path string) string {
 		return ""
 	}
 	return "; executor log: " + s
+}
+
+// ErrUnknownUser is returned for a task user that does not exist here.
+var ErrUnknownUser = errors.New("unknown user")
+
+// LookupUser returns the user and primary group IDs of the named account.
+func LookupUser(name string) (uid, gid uint32, err error) {
+	u, err := user.Lookup(name)
+	if err != nil {
+		return 0, 0, fmt.Errorf("task user %q: %w: %w", name, ErrUnknownUser, err)
+	}
+	id, err := strconv.ParseUint(u.Uid, 10, 32)
+	if err != nil {
+		return 0, 0, fmt.Errorf("task user %q: uid %q: %w", name, u.Uid, err)
+	}
+	g, err := strconv.ParseUint(u.Gid, 10, 32)
+	if err != nil {
+		return 0, 0, fmt.Errorf("task user %q: gid %q: %w", name, u.Gid, err)
+	}
+	return uint32(id), uint32(g), nil
+}
+
+// TaskUser is the account a task runs as: the one it names, or the
+// driver's default user; "" means the client's own.
+func (d *Driver) TaskUser(named string) string {
+	if named != "" {
+		return named
+	}
+	return d.defaultUser
 }

@@ -26,6 +26,15 @@ type executorSpec struct {
 	StderrPath string
 	StatePath  string
 	ExitPath   string
+	// Credential, when set, is who the task runs as.
+	Credential *taskCredential `json:",omitempty"`
+}
+
+// taskCredential is the user and group a task runs as, with no
+// supplementary groups.
+type taskCredential struct {
+	UID uint32
+	GID uint32
 }
 
 // executorState is what the executor records once the task runs
@@ -108,6 +117,9 @@ func runTask(logger hclog.Logger, spec *executorSpec) (*ExitResult, error) {
 		// Its own process group, so the driver can signal the task and all
 		// its children at once without reaching the executor.
 		SysProcAttr: &syscall.SysProcAttr{Setpgid: true},
+	}
+	if c := spec.Credential; c != nil {
+		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: c.UID, Gid: c.GID, Groups: []uint32{}}
 	}
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", spec.Command, err)

@@ -1,0 +1,122 @@
+package agent
+
+import (
+	"testing"
+
+	"github.com/shoenig/test/must"
+)
+
+// An agent binds loopback unless told otherwise, and one that is told to
+// bind a routable address without TLS refuses unless insecure_bind says
+// the operator accepts that.
+func TestConfig_BindDefaultsAndInsecureBind(t *testing.T) {
+	must.Eq(t, "127.0.0.1", DefaultConfig().BindAddr)
+
+	parse := func(src string) *Config {
+		t.Helper()
+		c, err := ParseConfig("agent.hcl", []byte(src))
+		must.NoError(t, err)
+		return DefaultConfig().Merge(c)
+	}
+	base := `data_dir = "/tmp/roam-test"
+server {
+  enabled          = true
+  bootstrap_expect = 1
+}
+`
+	must.NoError(t, parse(base).Validate())
+
+	err := parse(base + `bind_addr = "0.0.0.0"`).Validate()
+	must.ErrorContains(t, err, `bind_addr = "0.0.0.0" is not a loopback address and TLS is not configured`)
+	must.ErrorContains(t, err, "insecure_bind = true")
+	must.ErrorContains(t, parse(base+`bind_addr = "10.1.2.3"`).Validate(), "insecure_bind")
+
+	must.NoError(t, parse(base+"bind_addr = \"0.0.0.0\"\ninsecure_bind = true\n").Validate())
+	must.NoError(t, parse(base+`bind_addr = "::1"`).Validate())
+}
+
+// raw_exec is off unless the client config (or -dev) turns it on.
+func TestConfig_RawExecOffByDefault(t *testing.T) {
+	must.False(t, DefaultConfig().rawExecEnabled())
+	must.True(t, DevConfig().rawExecEnabled())
+
+	c, err := ParseConfig("agent.hcl", []byte(`
+plugin "raw_exec" {
+  config {
+    enabled = true
+  }
+}
+`))
+	must.NoError(t, err)
+	must.True(t, DefaultConfig().Merge(c).rawExecEnabled())
+
+	off, err := ParseConfig("off.hcl", []byte(`
+plugin "raw_exec" {
+  config {
+    enabled = false
+  }
+}
+`))
+	must.NoError(t, err)
+	must.False(t, DevConfig().Merge(off).rawExecEnabled(), must.Sprint("a later file that turns raw_exec off wins"))
+
+	bad, err := ParseConfig("bad.hcl", []byte(`
+plugin "docker" {
+  config {
+    enabled = true
+  }
+}
+`))
+	must.NoError(t, err)
+	must.ErrorContains(t, DevConfig().Merge(bad).Validate(), `plugin "docker" is unknown`)
+}
+
+// The trust settings reach the server's and the client's configurations.
+func TestConfig_TrustSettingsReachServerAndClient(t *testing.T) {
+	a := newTestAgent(t, func(c *Config) {
+		c.Server.OperatorToken = "op-token"
+		c.Server.ClientIntroTokens = []string{"intro-a", "intro-b"}
+		c.Client.IntroToken = "intro-a"
+	})
+	must.Eq(t, "op-token", a.Server().Config().OperatorToken)
+	must.Eq(t, []string{"intro-a", "intro-b"}, a.Server().Config().ClientIntroTokens)
+	cc, err := a.clientConfig("127.0.0.1:1")
+	must.NoError(t, err)
+	must.Eq(t, "intro-a", cc.IntroToken)
+	must.False(t, cc.DisableRawExec, must.Sprint("-dev enables raw_exec"))
+}
+
+// default_user reaches the client; a block that sets only it leaves
+// enabled as an earlier block set it; a bad name is refused.
+func TestConfig_RawExecDefaultUser(t *testing.T) {
+	c, err := ParseConfig("agent.hcl", []byte(`
+plugin "raw_exec" {
+  config {
+    default_user = "nobody"
+  }
+}
+`))
+	must.NoError(t, err)
+	merged := DevConfig().Merge(c)
+	must.True(t, merged.rawExecEnabled(), must.Sprint("a block without enabled leaves -dev's"))
+	must.Eq(t, "nobody", merged.rawExecDefaultUser())
+	must.NoError(t, merged.Validate())
+
+	bad, err := ParseConfig("bad.hcl", []byte(`
+plugin "raw_exec" {
+  config {
+    default_user = "../root"
+  }
+}
+`))
+	must.NoError(t, err)
+	must.ErrorContains(t, DevConfig().Merge(bad).Validate(), `default_user = "../root" is not a user name`)
+
+	a := newTestAgent(t, func(c *Config) {
+		c.Plugins = append(c.Plugins, &PluginConfig{Name: "raw_exec", Config: &PluginConfigValues{DefaultUser: "nobody"}})
+	})
+	cc, err := a.clientConfig("127.0.0.1:1")
+	must.NoError(t, err)
+	must.Eq(t, "nobody", cc.RawExecDefaultUser)
+	must.False(t, cc.DisableRawExec)
+}
