@@ -39,6 +39,25 @@ func (c *Cluster) dutyCounts() []int {
 	return out
 }
 
+// leaderOnDuty waits for a leader whose log shows its duties started, and
+// returns its index: Raft names a leader a moment before its duties run,
+// and a duty count read in that moment would miss the start.
+func (c *Cluster) leaderOnDuty(t *testing.T) int {
+	t.Helper()
+	var idx int
+	WaitFor(t, leaderTimeout, func() error {
+		var err error
+		if idx, err = c.LeaderNow(); err != nil {
+			return err
+		}
+		if !strings.Contains(c.Servers[idx].Log(), dutiesLine) {
+			return fmt.Errorf("%s leads but has not started its leader duties", c.Servers[idx].Name)
+		}
+		return nil
+	})
+	return idx
+}
+
 // waitNewLeader waits until the running servers agree on a leader other
 // than old whose log shows its duties started more often than before says,
 // and returns its index and the leaderless gap it logged ("" if none).

@@ -183,7 +183,7 @@ func TestLeadership_OperatorTransferDuringPublish(t *testing.T) {
 // leader neither starts a handoff nor stops leading.
 func TestLeadership_OperatorTransferUnknownPeer(t *testing.T) {
 	c := StartCluster(t, Opts{Servers: 3})
-	old := c.Leader()
+	old := c.leaderOnDuty(t)
 	before := c.dutyCounts()
 
 	out, errOut, code := RunCLIAt(t, c.Servers[old].HTTPAddr(), "operator", "raft", "transfer-leadership", "-peer-id", "no-such-id")
