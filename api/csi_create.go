@@ -79,6 +79,19 @@ func (v *CSIVolumes) Detach(id, nodeID string, w *WriteOptions) (*WriteMeta, err
 	return v.c.write(http.MethodDelete, "/v1/volume/csi/"+id+"/detach", params, nil, nil, w)
 }
 
+// Expand grows volume id to at least min bytes (at most max, when above
+// 0), at the controller and on every node where it is mounted, and
+// returns the volume as registered. A size below its capacity is refused.
+func (v *CSIVolumes) Expand(id string, min, max int64, w *WriteOptions) (*CSIVolume, *WriteMeta, error) {
+	req := struct{ RequestedCapacityMin, RequestedCapacityMax int64 }{min, max}
+	var out CSIVolume
+	wm, err := v.c.write(http.MethodPut, "/v1/volume/csi/"+id+"/expand", nil, req, &out, w)
+	if err != nil {
+		return nil, nil, err
+	}
+	return &out, wm, nil
+}
+
 // CreateSnapshot snapshots snap.SourceVolumeID, named snap.Name (the
 // server makes up a name when it is empty).
 func (v *CSIVolumes) CreateSnapshot(snap *CSISnapshot, w *WriteOptions) (*CSISnapshotCreateResponse, *WriteMeta, error) {

@@ -200,43 +200,53 @@ func decodeCapacity(attr *hcl.Attribute) (int64, hcl.Diagnostics) {
 	if diags := gohcl.DecodeExpression(attr.Expr, nil, &s); diags.HasErrors() {
 		return 0, diags
 	}
+	n, detail := parseByteSize(s)
+	if detail != "" {
+		return 0, hcl.Diagnostics{{
+			Severity: hcl.DiagError, Summary: "Invalid " + attr.Name,
+			Detail: detail, Subject: attr.Expr.Range().Ptr(),
+		}}
+	}
+	return n, nil
+}
+
+// parseByteSize reads a size: a number of bytes, or a number with a unit
+// such as "10GiB" or "500MB". On failure it returns why, as a detail for
+// an error, and 0.
+func parseByteSize(s string) (int64, string) {
 	s = strings.TrimSpace(s)
 	i := strings.IndexFunc(s, func(r rune) bool { return (r < '0' || r > '9') && r != '.' })
 	num, unit := s, ""
 	if i >= 0 {
 		num, unit = s[:i], strings.ToLower(strings.TrimSpace(s[i:]))
 	}
-	invalid := func(detail string) (int64, hcl.Diagnostics) {
-		return 0, hcl.Diagnostics{{
-			Severity: hcl.DiagError, Summary: "Invalid " + attr.Name,
-			Detail: detail, Subject: attr.Expr.Range().Ptr(),
-		}}
-	}
+	notSize := fmt.Sprintf("%q is not a size such as 10GiB, 500MB or a number of bytes", s)
+	tooBig := fmt.Sprintf("%q is more than %d bytes", s, int64(math.MaxInt64))
 	mult, ok := byteUnits[unit]
 	if !ok {
-		return invalid(fmt.Sprintf("%q is not a size such as 10GiB, 500MB or a number of bytes", s))
+		return 0, notSize
 	}
 	// Whole numbers are read exactly; a float holds integers exactly only
 	// up to 2^53.
 	if n, err := strconv.ParseInt(num, 10, 64); err == nil {
 		if n > math.MaxInt64/mult {
-			return invalid(fmt.Sprintf("%q is more than %d bytes", s, int64(math.MaxInt64)))
+			return 0, tooBig
 		}
-		return n * mult, nil
+		return n * mult, ""
 	}
 	f, err := strconv.ParseFloat(num, 64)
 	if err != nil {
 		if errors.Is(err, strconv.ErrRange) {
-			return invalid(fmt.Sprintf("%q is more than %d bytes", s, int64(math.MaxInt64)))
+			return 0, tooBig
 		}
-		return invalid(fmt.Sprintf("%q is not a size such as 10GiB, 500MB or a number of bytes", s))
+		return 0, notSize
 	}
 	// Converting a float at or past 2^63 to int64 does not fail: on amd64
 	// it gives math.MinInt64, a negative capacity.
 	if v := f * float64(mult); v < 1<<63 {
-		return int64(v), nil
+		return int64(v), ""
 	}
-	return invalid(fmt.Sprintf("%q is more than %d bytes", s, int64(math.MaxInt64)))
+	return 0, tooBig
 }
 
 // volumeDiagError renders error diagnostics as "file:line,col: summary;

@@ -127,10 +127,24 @@ func (c *CSIVolume) Register(args *structs.CSIVolumeRegisterRequest, reply *stru
 			cp.Name = cp.ID
 		}
 		cp.Claims = nil // claims are the server's, never the caller's
-		if err := checkVolumeUpdate(store, cp); err != nil {
+		old, err := store.CSIVolumeByID(nil, cp.Namespace, cp.ID)
+		if err != nil {
+			return err
+		}
+		if needsExpand(old, cp) {
+			err = checkExpandingUpdate(store, old, cp)
+		} else {
+			err = checkVolumeUpdate(store, cp)
+		}
+		if err != nil {
 			return err
 		}
 		vols = append(vols, cp)
+	}
+	// A larger capacity_min grows the volume first (Nomad's rule); the
+	// registration then records the grown volume.
+	if err := c.srv.expandForUpdates(vols, args.WriteRequest); err != nil {
+		return err
 	}
 	req := structs.CSIVolumeRegisterRequest{Volumes: vols, WriteRequest: args.WriteRequest}
 	_, index, err := c.srv.raftApply(structs.CSIVolumeRegisterRequestType, &req)

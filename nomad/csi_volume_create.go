@@ -71,10 +71,24 @@ func (c *CSIVolume) Create(args *structs.CSIVolumeCreateRequest, reply *structs.
 		if err := validateVolume(store, next); err != nil {
 			return err
 		}
-		if err := checkVolumeUpdate(store, next); err != nil {
+		if needsExpand(existing, next) {
+			err = checkExpandingUpdate(store, existing, next)
+		} else {
+			err = checkVolumeUpdate(store, next)
+		}
+		if err != nil {
 			return err
 		}
 		updates[i] = next
+	}
+	var grow []*structs.CSIVolume
+	for _, u := range updates {
+		if u != nil {
+			grow = append(grow, u)
+		}
+	}
+	if err := srv.expandForUpdates(grow, args.WriteRequest); err != nil {
+		return err
 	}
 	ctx, cancel := srv.csiProvisionContext()
 	defer cancel()

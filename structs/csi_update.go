@@ -23,9 +23,12 @@ import (
 //   - capacity, the size the provider reported, never shrinks (CSI cannot
 //     shrink a volume), claimed or not. An update without a capacity keeps
 //     the registered one. While the capacity is known, capacity_max may
-//     not be set below it, and capacity_min may not be raised above it:
-//     Roam does not expand volumes, and a bound the volume does not meet
-//     would be a false record. While it is unknown (0: a registered volume
+//     not be set below it, and capacity_min may not be recorded above
+//     it: a bound the volume does not meet would be a false record. A
+//     register or create that raises capacity_min above it expands the
+//     volume first (nomad/csi_volume_expand.go), through the plugin's
+//     lane, when the plugin supports expansion; what is then recorded
+//     carries the grown capacity. While it is unknown (0: a registered volume
 //     no provider has sized) the bounds only describe the volume and may
 //     change freely.
 //   - while the volume has claims (in any state: a claim being released
@@ -82,7 +85,7 @@ func CheckCSIVolumeUpdate(old, next *CSIVolume) error {
 			add("capacity_max %d is below the volume's capacity %d: a volume cannot shrink", next.CapacityMax, size)
 		}
 		if next.CapacityMin > size {
-			add("capacity_min %d is above the volume's capacity %d: volumes are not expanded", next.CapacityMin, size)
+			add("capacity_min %d is above the volume's capacity %d: the volume must be expanded first", next.CapacityMin, size)
 		}
 	}
 

@@ -479,5 +479,7 @@ func (s *controllerServer) ControllerExpandVolume(ctx context.Context, req *csi.
 		return nil, err
 	}
 	s.p.logger.Info("expanded volume", "volume_id", id, "capacity_bytes", capacity)
-	return &csi.ControllerExpandVolumeResponse{CapacityBytes: capacity}, nil
+	// Like a block device with a file system on it: the device grew, and
+	// the node where it is mounted grows the file system (NodeExpandVolume).
+	return &csi.ControllerExpandVolumeResponse{CapacityBytes: capacity, NodeExpansionRequired: true}, nil
 }
