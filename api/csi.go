@@ -65,6 +65,10 @@ type CSIVolume struct {
 	RequestedCapacityMin  int64
 	RequestedCapacityMax  int64
 	RequestedCapabilities []*CSIVolumeCapability
+	// SnapshotID or CloneID (the external ID of a volume to copy) is what
+	// a volume create makes the volume from.
+	SnapshotID string `json:",omitempty"`
+	CloneID    string `json:",omitempty"`
 	// ReadAllocs and WriteAllocs are keyed by claiming allocation ID; the
 	// values are always nil, as in Nomad.
 	ReadAllocs  map[string]*struct{}

@@ -218,6 +218,8 @@ func csiControllerInfo(resp *csi.ControllerGetCapabilitiesResponse) *structs.CSI
 			info.SupportsExpand = true
 		case csi.ControllerServiceCapability_RPC_PUBLISH_READONLY:
 			info.SupportsReadOnlyAttach = true
+		case csi.ControllerServiceCapability_RPC_CLONE_VOLUME:
+			info.SupportsClone = true
 		}
 	}
 	return info

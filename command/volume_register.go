@@ -87,6 +87,8 @@ type volumeSpecHCL struct {
 	ExternalID   string                 `hcl:"external_id"`
 	CapacityMin  *hcl.Attribute         `hcl:"capacity_min,optional"`
 	CapacityMax  *hcl.Attribute         `hcl:"capacity_max,optional"`
+	SnapshotID   string                 `hcl:"snapshot_id,optional"`
+	CloneID      string                 `hcl:"clone_id,optional"`
 	Capabilities []*volumeCapabilityHCL `hcl:"capability,block"`
 	MountOptions *volumeMountHCL        `hcl:"mount_options,block"`
 	Secrets      *stringMapHCL          `hcl:"secrets,block"`
@@ -121,6 +123,7 @@ func parseVolumeSpec(filename string, src []byte) (*api.CSIVolume, error) {
 	}
 	vol := &api.CSIVolume{
 		ID: spec.ID, Name: spec.Name, PluginID: spec.PluginID, ExternalID: spec.ExternalID,
+		SnapshotID: spec.SnapshotID, CloneID: spec.CloneID,
 	}
 	if vol.Name == "" {
 		vol.Name = vol.ID

@@ -131,6 +131,10 @@ func (c *CSIVolume) Register(args *structs.CSIVolumeRegisterRequest, reply *stru
 		if err != nil {
 			return err
 		}
+		if old == nil && (cp.SnapshotID != "" || cp.CloneID != "") {
+			return fmt.Errorf("volume %q: %w: snapshot_id and clone_id apply only to volume create; a registered volume exists already",
+				cp.ID, structs.ErrInvalidRequest)
+		}
 		if needsExpand(old, cp) {
 			err = checkExpandingUpdate(store, old, cp)
 		} else {

@@ -95,6 +95,13 @@ type CSIVolume struct {
 	CapacityMax int64
 	Capacity    int64
 
+	// SnapshotID or CloneID, at most one, is what a created volume was
+	// made from: a snapshot of the plugin's, or the external ID of a
+	// volume of the plugin's to copy. Only a create uses them; they are
+	// kept as a record and never change.
+	SnapshotID string
+	CloneID    string
+
 	// Claims are keyed by allocation ID.
 	Claims map[string]*CSIVolumeClaim
 

@@ -17,6 +17,8 @@ import (
 //   - namespace, plugin_id and external_id never change: they say which
 //     storage the volume is. To point an ID at other storage, deregister
 //     it (it must be unclaimed) and register again.
+//   - snapshot_id and clone_id, what a created volume was made from, never
+//     change; an update without them keeps the recorded ones.
 //   - parameters never change. They are what the provider made the volume
 //     with; a new value would describe a volume that does not exist. An
 //     update without parameters keeps the registered ones.
@@ -51,6 +53,11 @@ func (v *CSIVolume) InheritUnset(old *CSIVolume) {
 	if len(v.Parameters) == 0 {
 		v.Parameters = copyStringMap(old.Parameters)
 	}
+	// A register carries no source (see the sources' comment on
+	// CSIVolume): it keeps the one the volume was created from.
+	if v.SnapshotID == "" && v.CloneID == "" {
+		v.SnapshotID, v.CloneID = old.SnapshotID, old.CloneID
+	}
 }
 
 // CheckCSIVolumeUpdate reports whether next may replace old, the
@@ -75,6 +82,12 @@ func CheckCSIVolumeUpdate(old, next *CSIVolume) error {
 	}
 	if !maps.Equal(next.Parameters, old.Parameters) {
 		add("parameters cannot be changed from %v to %v", old.Parameters, next.Parameters)
+	}
+	if next.SnapshotID != old.SnapshotID {
+		add("snapshot_id cannot be changed from %q to %q: it is what the volume was created from", old.SnapshotID, next.SnapshotID)
+	}
+	if next.CloneID != old.CloneID {
+		add("clone_id cannot be changed from %q to %q: it is what the volume was created from", old.CloneID, next.CloneID)
 	}
 
 	if next.Capacity < old.Capacity {

@@ -62,6 +62,7 @@ type CSIControllerInfo struct {
 	SupportsListSnapshots  bool
 	SupportsExpand         bool
 	SupportsReadOnlyAttach bool
+	SupportsClone          bool
 }
 
 // CSINodeInfo is what a node instance reports of its node.

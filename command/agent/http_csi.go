@@ -77,8 +77,8 @@ type csiMountOptionsJSON struct {
 }
 
 // csiVolumeInput is a volume as Nomad's api.CSIVolumeRegisterRequest
-// carries it. Fields Roam has no use for (topologies, clone and snapshot
-// IDs, the read-only status fields Nomad's client echoes back) are ignored.
+// carries it. Fields Roam has no use for (topologies, the read-only status
+// fields Nomad's client echoes back) are ignored.
 type csiVolumeInput struct {
 	ID                    string
 	Name                  string
@@ -94,6 +94,8 @@ type csiVolumeInput struct {
 	RequestedCapacityMin  int64
 	RequestedCapacityMax  int64
 	RequestedCapabilities []*csiCapabilityJSON
+	SnapshotID            string
+	CloneID               string
 }
 
 // csiVolumeRegisterBody is Nomad's api.CSIVolumeRegisterRequest.
@@ -107,6 +109,7 @@ func (in *csiVolumeInput) toStruct() *structs.CSIVolume {
 		ID: in.ID, Name: in.Name, Namespace: in.Namespace, ExternalID: in.ExternalID,
 		PluginID: in.PluginID, Secrets: in.Secrets, Parameters: in.Parameters, Context: in.Context,
 		CapacityMin: in.RequestedCapacityMin, CapacityMax: in.RequestedCapacityMax,
+		SnapshotID: in.SnapshotID, CloneID: in.CloneID,
 	}
 	for _, c := range in.RequestedCapabilities {
 		if c != nil {
@@ -234,6 +237,8 @@ type csiVolumeView struct {
 	RequestedCapacityMin  int64
 	RequestedCapacityMax  int64
 	RequestedCapabilities []*csiCapabilityJSON
+	SnapshotID            string
+	CloneID               string
 	ReadAllocs            map[string]*struct{}
 	WriteAllocs           map[string]*struct{}
 	Claims                []*csiClaimJSON
@@ -255,6 +260,7 @@ func newCSIVolumeView(v *structs.CSIVolume, p *structs.CSIPlugin) *csiVolumeView
 		PluginID: v.PluginID, Provider: v.Provider,
 		Parameters: v.Parameters, Context: v.Context, Capacity: v.Capacity,
 		RequestedCapacityMin: v.CapacityMin, RequestedCapacityMax: v.CapacityMax,
+		SnapshotID: v.SnapshotID, CloneID: v.CloneID,
 		ReadAllocs: map[string]*struct{}{}, WriteAllocs: map[string]*struct{}{},
 		Claims:      []*csiClaimJSON{},
 		CreateIndex: v.CreateIndex, ModifyIndex: v.ModifyIndex,

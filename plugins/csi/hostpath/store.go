@@ -37,6 +37,7 @@ type volume struct {
 	CapacityBytes    int64             `json:"capacity_bytes"`
 	Parameters       map[string]string `json:"parameters,omitempty"`
 	SourceSnapshotID string            `json:"source_snapshot_id,omitempty"`
+	SourceVolumeID   string            `json:"source_volume_id,omitempty"`
 	CreatedAt        time.Time         `json:"created_at"`
 }
 
