@@ -32,10 +32,12 @@ const (
 type FSM struct {
 	logger hclog.Logger
 
-	// mu guards state, which a restore swaps, and hook.
+	// mu guards state, which a restore swaps, hook and events.
 	mu    sync.RWMutex
 	state *state.StateStore
 	hook  ApplyHook
+	// events, when set, gets the events of every applied entry.
+	events *eventBroker
 }
 
 var _ raft.FSM = (*FSM)(nil)
@@ -88,6 +90,15 @@ func (f *FSM) Apply(l *raft.Log) any {
 // workers and to unblock evaluations when capacity changes. It must not
 // block.
 type ApplyHook func(t structs.MessageType, evals []*structs.Evaluation)
+
+// SetEventBroker makes every write to the store, now and after a restore,
+// publish its events to b.
+func (f *FSM) SetEventBroker(b *eventBroker) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.events = b
+	f.state.SetChangeHook(b.storeHook)
+}
 
 // SetApplyHook sets (or, with nil, clears) the hook.
 func (f *FSM) SetApplyHook(h ApplyHook) {
@@ -209,8 +220,16 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 			f.mu.Lock()
 			old := f.state
 			f.state = fresh
+			events := f.events
 			f.mu.Unlock()
 			old.Abandon()
+			if events != nil {
+				// The restore's contents come without events: a subscriber
+				// from before it would miss them.
+				fresh.SetChangeHook(events.storeHook)
+				latest, _ := fresh.LatestIndex()
+				events.restored(latest)
+			}
 			return nil
 		case snapIndex:
 			var e state.IndexEntry

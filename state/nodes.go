@@ -11,7 +11,7 @@ import (
 // UpsertNode registers or re-registers a node at index. A re-registration
 // keeps the node's CreateIndex and its scheduling eligibility.
 func (s *StateStore) UpsertNode(index uint64, node *structs.Node, evals ...*structs.Evaluation) error {
-	txn := s.db.Txn(true)
+	txn := s.writeTxn()
 	defer txn.Abort()
 
 	n := node.Copy()
@@ -45,7 +45,7 @@ func (s *StateStore) UpsertNode(index uint64, node *structs.Node, evals ...*stru
 	if err := upsertEvalsTxn(txn, index, evals); err != nil {
 		return err
 	}
-	txn.Commit()
+	s.commit(txn, index)
 	return nil
 }
 
@@ -61,7 +61,7 @@ func (s *StateStore) UpdateNodeStatus(index uint64, nodeID, status string, updat
 // DeleteNodes removes nodes at index. Unknown IDs are an error and nothing
 // is removed.
 func (s *StateStore) DeleteNodes(index uint64, nodeIDs []string) error {
-	txn := s.db.Txn(true)
+	txn := s.writeTxn()
 	defer txn.Abort()
 
 	for _, id := range nodeIDs {
@@ -82,7 +82,7 @@ func (s *StateStore) DeleteNodes(index uint64, nodeIDs []string) error {
 	if err := setIndexTxn(txn, TableNodes, index); err != nil {
 		return err
 	}
-	txn.Commit()
+	s.commit(txn, index)
 	return nil
 }
 

@@ -12,7 +12,7 @@ import (
 
 // RegisterJob stores a job and its evaluation.
 func (s *StateStore) RegisterJob(index uint64, job *structs.Job, eval *structs.Evaluation) error {
-	txn := s.db.Txn(true)
+	txn := s.writeTxn()
 	defer txn.Abort()
 	if err := upsertJobTxn(txn, index, job); err != nil {
 		return err
@@ -20,14 +20,14 @@ func (s *StateStore) RegisterJob(index uint64, job *structs.Job, eval *structs.E
 	if err := upsertEvalsTxn(txn, index, evalList(eval)); err != nil {
 		return err
 	}
-	txn.Commit()
+	s.commit(txn, index)
 	return nil
 }
 
 // DeregisterJob marks a job stopped, or removes it when purge is set, and
 // stores the evaluation that stops its allocations.
 func (s *StateStore) DeregisterJob(index uint64, namespace, id string, purge bool, eval *structs.Evaluation) error {
-	txn := s.db.Txn(true)
+	txn := s.writeTxn()
 	defer txn.Abort()
 	raw, err := txn.First(TableJobs, "id", namespace, id)
 	if err != nil {
@@ -58,14 +58,14 @@ func (s *StateStore) DeregisterJob(index uint64, namespace, id string, purge boo
 	if err := upsertEvalsTxn(txn, index, evalList(eval)); err != nil {
 		return err
 	}
-	txn.Commit()
+	s.commit(txn, index)
 	return nil
 }
 
 // ApplyPlanResults stores a plan's stopped and placed or updated
 // allocations and the evaluations it settles or creates.
 func (s *StateStore) ApplyPlanResults(index uint64, stopped, placed []*structs.Allocation, evals []*structs.Evaluation) error {
-	txn := s.db.Txn(true)
+	txn := s.writeTxn()
 	defer txn.Abort()
 	if len(stopped)+len(placed) > 0 {
 		if err := upsertAllocsTxn(txn, index, append(append([]*structs.Allocation(nil), stopped...), placed...)); err != nil {
@@ -75,14 +75,14 @@ func (s *StateStore) ApplyPlanResults(index uint64, stopped, placed []*structs.A
 	if err := upsertEvalsTxn(txn, index, evals); err != nil {
 		return err
 	}
-	txn.Commit()
+	s.commit(txn, index)
 	return nil
 }
 
 // UpdateAllocsFromClientWithEvals records a client's updates and the
 // evaluations they trigger.
 func (s *StateStore) UpdateAllocsFromClientWithEvals(index uint64, updates []*structs.Allocation, evals []*structs.Evaluation) error {
-	txn := s.db.Txn(true)
+	txn := s.writeTxn()
 	defer txn.Abort()
 	if err := updateAllocsFromClientTxn(txn, index, updates); err != nil {
 		return err
@@ -90,14 +90,14 @@ func (s *StateStore) UpdateAllocsFromClientWithEvals(index uint64, updates []*st
 	if err := upsertEvalsTxn(txn, index, evals); err != nil {
 		return err
 	}
-	txn.Commit()
+	s.commit(txn, index)
 	return nil
 }
 
 // UpdateAllocDesiredTransitions sets the drainer's requests on allocations
 // and stores the evaluations that act on them.
 func (s *StateStore) UpdateAllocDesiredTransitions(index uint64, transitions map[string]*structs.DesiredTransition, evals []*structs.Evaluation) error {
-	txn := s.db.Txn(true)
+	txn := s.writeTxn()
 	defer txn.Abort()
 	for id, dt := range transitions {
 		raw, err := txn.First(TableAllocs, "id", id)
@@ -128,7 +128,7 @@ func (s *StateStore) UpdateAllocDesiredTransitions(index uint64, transitions map
 	if err := upsertEvalsTxn(txn, index, evals); err != nil {
 		return err
 	}
-	txn.Commit()
+	s.commit(txn, index)
 	return nil
 }
 
@@ -159,7 +159,7 @@ func (s *StateStore) UpdateNodeEligibility(index uint64, nodeID, eligibility str
 
 // updateNode applies change to a copy of the node and stores it with evals.
 func (s *StateStore) updateNode(index uint64, nodeID string, evals []*structs.Evaluation, change func(*structs.Node)) error {
-	txn := s.db.Txn(true)
+	txn := s.writeTxn()
 	defer txn.Abort()
 	raw, err := txn.First(TableNodes, "id", nodeID)
 	if err != nil {
@@ -180,7 +180,7 @@ func (s *StateStore) updateNode(index uint64, nodeID string, evals []*structs.Ev
 	if err := upsertEvalsTxn(txn, index, evals); err != nil {
 		return err
 	}
-	txn.Commit()
+	s.commit(txn, index)
 	return nil
 }
 

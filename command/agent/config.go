@@ -71,7 +71,14 @@ type ServerConfig struct {
 	// CSINodeDetachTimeout bounds the server's ClientCSI.NodeDetachVolume
 	// call to a client; it must exceed the clients' csi_node_call_timeout.
 	CSINodeDetachTimeout string `hcl:"csi_node_detach_timeout,optional"`
+	// EventBufferSize is how many Raft indexes' events the server keeps
+	// for /v1/event/stream (nomad.DefaultEventBufferSize when 0, at most
+	// maxEventBufferSize).
+	EventBufferSize int `hcl:"event_buffer_size,optional"`
 }
+
+// maxEventBufferSize bounds server.event_buffer_size.
+const maxEventBufferSize = 1 << 20
 
 // ServerJoin is the server_join block.
 type ServerJoin struct {
