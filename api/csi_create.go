@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"strconv"
 )
 
 // CSIVolumeCreateRequest is the body of a create.
@@ -125,6 +126,46 @@ func (v *CSIVolumes) ListSnapshots(pluginID, nextToken string, q *QueryOptions) 
 	var out CSISnapshotListResponse
 	if err := json.Unmarshal(buf, &out); err != nil {
 		return nil, nil, fmt.Errorf("api: decode response: %w", err)
+	}
+	return &out, qm, nil
+}
+
+// CSIVolumeExternalStub is one volume as the storage provider lists it.
+type CSIVolumeExternalStub struct {
+	ExternalID               string
+	CapacityBytes            int64
+	VolumeContext            map[string]string
+	CloneID                  string
+	SnapshotID               string
+	PublishedExternalNodeIDs []string
+	IsAbnormal               bool
+	Status                   string
+}
+
+// CSIVolumeListExternalResponse is one page of a provider's volumes.
+type CSIVolumeListExternalResponse struct {
+	Volumes   []*CSIVolumeExternalStub
+	NextToken string
+}
+
+// ListExternal returns one page (perPage entries at most, 0 for the
+// provider's choice) of the volumes pluginID's storage provider has,
+// starting at nextToken (empty for the first page).
+func (v *CSIVolumes) ListExternal(pluginID string, perPage int32, nextToken string, q *QueryOptions) (*CSIVolumeListExternalResponse, *QueryMeta, error) {
+	params := url.Values{"plugin_id": {pluginID}}
+	if perPage != 0 {
+		params.Set("per_page", strconv.Itoa(int(perPage)))
+	}
+	if nextToken != "" {
+		params.Set("next_token", nextToken)
+	}
+	buf, qm, err := v.c.rawQuery("/v1/volumes/external", params, q)
+	if err != nil {
+		return nil, nil, err
+	}
+	var out CSIVolumeListExternalResponse
+	if err := json.Unmarshal(buf, &out); err != nil {
+		return nil, nil, fmt.Errorf("decode external volumes: %w", err)
 	}
 	return &out, qm, nil
 }

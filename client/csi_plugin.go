@@ -165,6 +165,10 @@ func (p *csiPluginClient) ControllerExpandVolume(ctx context.Context, req *csi.C
 	return csiCall(ctx, "ControllerExpandVolume", p.controller.ControllerExpandVolume, req)
 }
 
+func (p *csiPluginClient) ListVolumes(ctx context.Context, req *csi.ListVolumesRequest) (*csi.ListVolumesResponse, error) {
+	return csiCall(ctx, "ListVolumes", p.controller.ListVolumes, req)
+}
+
 func (p *csiPluginClient) ListSnapshots(ctx context.Context, req *csi.ListSnapshotsRequest) (*csi.ListSnapshotsResponse, error) {
 	return csiCall(ctx, "ListSnapshots", p.controller.ListSnapshots, req)
 }

@@ -171,7 +171,7 @@ var fsmAppliers = map[structs.MessageType]fsmApplier{
 		}),
 	structs.NodeUpdateDrainRequestType: decodeApply(structs.NodeUpdateDrainRequestType,
 		func(st *state.StateStore, index uint64, req *structs.NodeUpdateDrainRequest) ([]*structs.Evaluation, error) {
-			return req.Evals, st.UpdateNodeDrain(index, req.NodeID, req.DrainStrategy, req.MarkEligible, req.UpdatedAt, req.Evals)
+			return req.Evals, st.UpdateNodeDrain(index, req.NodeID, req.DrainStrategy, req.MarkEligible, req.Complete, req.UpdatedAt, req.Evals)
 		}),
 	structs.CSIVolumeRegisterRequestType: decodeApply(structs.CSIVolumeRegisterRequestType,
 		func(st *state.StateStore, index uint64, req *structs.CSIVolumeRegisterRequest) ([]*structs.Evaluation, error) {

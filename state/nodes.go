@@ -9,7 +9,7 @@ import (
 )
 
 // UpsertNode registers or re-registers a node at index. A re-registration
-// keeps the node's CreateIndex and its scheduling eligibility.
+// keeps the node's CreateIndex, its scheduling eligibility and its drain.
 func (s *StateStore) UpsertNode(index uint64, node *structs.Node, evals ...*structs.Evaluation) error {
 	txn := s.writeTxn()
 	defer txn.Abort()
@@ -23,6 +23,10 @@ func (s *StateStore) UpsertNode(index uint64, node *structs.Node, evals ...*stru
 		old := existing.(*structs.Node)
 		n.CreateIndex = old.CreateIndex
 		n.SchedulingEligibility = old.SchedulingEligibility
+		// Drains are the servers' to start and end: a client that
+		// re-registers (its fingerprint changed, as a plugin stopping
+		// during the drain changes it) knows nothing of one.
+		n.DrainStrategy, n.Drain, n.LastDrain = old.DrainStrategy, old.Drain, old.LastDrain
 	} else {
 		n.CreateIndex = index
 		if n.SchedulingEligibility == "" {

@@ -2,6 +2,7 @@ package state
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/roamhq/roam/structs"
 )
@@ -134,9 +135,33 @@ func (s *StateStore) UpdateAllocDesiredTransitions(index uint64, transitions map
 
 // UpdateNodeDrain starts (strategy set) or ends (nil) a node's drain. A
 // drain makes the node ineligible; ending one leaves it ineligible unless
-// markEligible.
-func (s *StateStore) UpdateNodeDrain(index uint64, nodeID string, strategy *structs.DrainStrategy, markEligible bool, updatedAt int64, evals []*structs.Evaluation) error {
+// markEligible. LastDrain records the drain: draining while it runs, then
+// complete (the drainer ended it, complete set) or canceled.
+func (s *StateStore) UpdateNodeDrain(index uint64, nodeID string, strategy *structs.DrainStrategy, markEligible, complete bool, updatedAt int64, evals []*structs.Evaluation) error {
 	return s.updateNode(index, nodeID, evals, func(n *structs.Node) {
+		now := time.Unix(updatedAt, 0).UTC()
+		switch {
+		case strategy != nil:
+			started := strategy.StartedAt
+			if n.DrainStrategy != nil && n.LastDrain != nil {
+				started = n.LastDrain.StartedAt // an update of a running drain
+			}
+			n.LastDrain = &structs.DrainMetadata{StartedAt: started, UpdatedAt: strategy.StartedAt, Status: structs.DrainStatusDraining}
+		case n.DrainStrategy != nil:
+			ld := structs.DrainMetadata{StartedAt: n.DrainStrategy.StartedAt, Status: structs.DrainStatusCanceled}
+			if n.LastDrain != nil {
+				ld = *n.LastDrain
+			}
+			// updatedAt has whole seconds; the drain's start does not.
+			ld.UpdatedAt, ld.Status = now, structs.DrainStatusCanceled
+			if ld.UpdatedAt.Before(ld.StartedAt) {
+				ld.UpdatedAt = ld.StartedAt
+			}
+			if complete {
+				ld.Status = structs.DrainStatusComplete
+			}
+			n.LastDrain = &ld
+		}
 		n.DrainStrategy = strategy
 		n.Drain = strategy != nil
 		switch {

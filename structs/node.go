@@ -94,6 +94,9 @@ type Node struct {
 	// Nomad-shaped clients.
 	DrainStrategy *DrainStrategy
 	Drain         bool
+	// LastDrain describes the node's latest drain, running or ended; nil
+	// if it never drained. Nomad's API client reads it.
+	LastDrain *DrainMetadata
 	// StatusUpdatedAt is a Unix time in seconds, as in Nomad's API.
 	StatusUpdatedAt int64
 	CreateIndex     uint64
@@ -155,6 +158,11 @@ func (n *Node) Copy() *Node {
 		d := *n.DrainStrategy
 		c.DrainStrategy = &d
 	}
+	if n.LastDrain != nil {
+		ld := *n.LastDrain
+		ld.Meta = copyStringMap(n.LastDrain.Meta)
+		c.LastDrain = &ld
+	}
 	c.CSIControllerPlugins = copyCSIInfo(n.CSIControllerPlugins)
 	c.CSINodePlugins = copyCSIInfo(n.CSINodePlugins)
 	return &c
@@ -185,6 +193,7 @@ func (n *Node) Stub() *NodeListStub {
 		Version:               n.Attributes["roam.version"],
 		SchedulingEligibility: n.SchedulingEligibility,
 		Drain:                 n.DrainStrategy != nil,
+		LastDrain:             n.Copy().LastDrain,
 		Status:                n.Status,
 		StatusDescription:     n.StatusDescription,
 		Drivers:               n.Drivers,
@@ -203,6 +212,7 @@ type NodeListStub struct {
 	NodeClass             string
 	Version               string
 	Drain                 bool
+	LastDrain             *DrainMetadata `json:",omitempty"`
 	SchedulingEligibility string
 	Status                string
 	StatusDescription     string
@@ -249,6 +259,25 @@ type DrainSpec struct {
 	Deadline time.Duration
 	// IgnoreSystemJobs leaves system job allocations in place.
 	IgnoreSystemJobs bool
+}
+
+// Drain statuses of DrainMetadata, as Nomad names them.
+const (
+	DrainStatusDraining = "draining"
+	DrainStatusComplete = "complete"
+	DrainStatusCanceled = "canceled"
+)
+
+// DrainMetadata is a node's latest drain, in Nomad's shape.
+type DrainMetadata struct {
+	StartedAt time.Time
+	UpdatedAt time.Time
+	// Status is draining, complete (every allocation moved off) or
+	// canceled (an operator stopped it).
+	Status string
+	// AccessorID is the ACL token that started it; empty without ACLs.
+	AccessorID string
+	Meta       map[string]string
 }
 
 // DrainStrategy is a drain in progress.

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"sort"
+	"strconv"
 
 	"github.com/roamhq/roam/structs"
 )
@@ -26,6 +27,7 @@ func (s *HTTPServer) addCSIRoutes() {
 		http.MethodPost:   s.csiVolumeRegister,
 		http.MethodDelete: s.csiVolumeDeregister,
 	}
+	s.routes["/v1/volumes/external"] = map[string]handlerFunc{http.MethodGet: s.csiVolumesExternal}
 	s.routes["/v1/plugins"] = map[string]handlerFunc{http.MethodGet: s.csiPluginsList}
 	s.routes[csiPluginPathPrefix] = map[string]handlerFunc{http.MethodGet: s.csiPluginGet}
 }
@@ -367,4 +369,41 @@ func (s *HTTPServer) csiPluginGet(w http.ResponseWriter, r *http.Request) (any, 
 		return nil, errNotFound("plugin")
 	}
 	return reply.Plugin, nil
+}
+
+// csiVolumesExternalReply is Nomad's api.CSIVolumeListExternalResponse.
+type csiVolumesExternalReply struct {
+	Volumes   []*structs.CSIVolumeExternalStub
+	NextToken string
+}
+
+// csiVolumesExternal answers GET /v1/volumes/external?plugin_id=ID
+// [&per_page=N][&next_token=T]: one page of the volumes the plugin's
+// storage provider has, registered or not (CSI ListVolumes).
+func (s *HTTPServer) csiVolumesExternal(w http.ResponseWriter, r *http.Request) (any, error) {
+	q := r.URL.Query()
+	args := structs.CSIVolumeExternalListRequest{PluginID: q.Get("plugin_id"), NextToken: q.Get("next_token")}
+	if args.PluginID == "" {
+		return nil, badRequest("Missing plugin_id")
+	}
+	if raw := q.Get("per_page"); raw != "" {
+		n, err := strconv.ParseInt(raw, 10, 32)
+		if err != nil || n < 0 || n > structs.MaxExternalPerPage {
+			return nil, badRequest("Invalid per_page %q: must be a whole number from 0 to %d", raw, structs.MaxExternalPerPage)
+		}
+		args.PerPage = int32(n)
+	}
+	if err := s.parseQuery(r, &args.QueryOptions); err != nil {
+		return nil, err
+	}
+	var reply structs.CSIVolumeExternalListResponse
+	if err := s.rpc(r, "CSIVolume.ListExternal", &args, &reply); err != nil {
+		return nil, err
+	}
+	setMeta(w, reply.QueryMeta)
+	out := csiVolumesExternalReply{Volumes: reply.Volumes, NextToken: reply.NextToken}
+	if out.Volumes == nil {
+		out.Volumes = []*structs.CSIVolumeExternalStub{}
+	}
+	return out, nil
 }
