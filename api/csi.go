@@ -196,8 +196,11 @@ type CSIPlugin struct {
 	ControllersExpected int
 	NodesHealthy        int
 	NodesExpected       int
-	CreateIndex         uint64
-	ModifyIndex         uint64
+	// Allocations are the plugin's instances' allocations, as Nomad
+	// lists them.
+	Allocations []*AllocationListStub
+	CreateIndex uint64
+	ModifyIndex uint64
 }
 
 // List returns the plugins; q.Prefix filters by ID prefix.

@@ -52,6 +52,8 @@ type Node struct {
 	CSIControllerPlugins map[string]*CSIInfo
 	CSINodePlugins       map[string]*CSIInfo
 	Drain                bool
+	// LastDrain is the node's latest drain, nil if it never drained.
+	LastDrain *DrainMetadata
 	// DrainStrategy is set while the node drains.
 	DrainStrategy         *DrainStrategy
 	SchedulingEligibility string
@@ -184,4 +186,14 @@ func (n *Nodes) UpdateEligibility(nodeID string, eligible bool, w *WriteOptions)
 		return nil, nil, err
 	}
 	return &out, wm, nil
+}
+
+// DrainMetadata is a node's latest drain: Status is draining, complete
+// or canceled.
+type DrainMetadata struct {
+	StartedAt  time.Time
+	UpdatedAt  time.Time
+	Status     string
+	AccessorID string
+	Meta       map[string]string
 }

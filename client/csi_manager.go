@@ -277,7 +277,7 @@ func (m *csiManager) fingerprint(ctx context.Context, p *csiManagedPlugin, logge
 	ctx, cancel := context.WithTimeout(ctx, csiFingerprintTimeout)
 	defer cancel()
 
-	base := &structs.CSIInfo{PluginID: p.cfg.ID, UpdateTime: time.Now()}
+	base := &structs.CSIInfo{PluginID: p.cfg.ID, AllocID: p.cfg.AllocID, UpdateTime: time.Now()}
 	err := func() error {
 		info, err := p.client.GetPluginInfo(ctx)
 		if err != nil {

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/shoenig/test/must"
@@ -66,5 +68,43 @@ func TestCSI_RestoreSnapshotAndClone(t *testing.T) {
 		logs := cc.MustCLI("alloc", "logs", reader.ID, "t")
 		must.Eq(t, token, logs, must.Sprintf("reader of %s", id))
 	}
+
+	// The provider's listing shows all three, each under its Roam ID.
+	out = cc.MustCLI("volume", "status", "-type", "csi", "-plugin", csiPluginID, "-external")
+	for id, ext := range map[string]string{"orig": srcExt, "restored": restoredExt, "cloned": clonedExt} {
+		must.True(t, hasRow(out, ext, id), must.Sprintf("no row %s %s in:\n%s", ext, id, out))
+	}
+	must.StrContains(t, out, "snapshot "+snapID)
+	must.StrContains(t, out, "clone of "+srcExt)
+	// Status views: a volume's capacity, the plugin's allocations, a
+	// node's CSI plugins.
+	must.StrContains(t, cc.MustCLI("volume", "status", "restored"), "1048576 (1.0 MiB)")
+	pout := cc.MustCLI("plugin", "status", csiPluginID)
+	must.StrContains(t, pout, "Allocations")
+	must.StrContains(t, pout, "running")
+	nodeID := cc.NodeIDs["client-0"]
+	nout := cc.MustCLI("node", "status", "-verbose", nodeID)
+	must.StrContains(t, nout, "CSI Node Plugins")
+	must.StrContains(t, nout, "CSI Controller Plugins")
+	must.True(t, hasRow(nout, csiPluginID, "true"), must.Sprintf("no healthy %s row in:\n%s", csiPluginID, nout))
 	cc.mustNoOverlaps(t)
+}
+
+// hasRow says whether some line of out holds every one of cols as a
+// whole field.
+func hasRow(out string, cols ...string) bool {
+	for _, line := range strings.Split(out, "\n") {
+		fields := strings.Fields(line)
+		ok := true
+		for _, c := range cols {
+			if !slices.Contains(fields, c) {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			return true
+		}
+	}
+	return false
 }

@@ -368,7 +368,49 @@ func (s *HTTPServer) csiPluginGet(w http.ResponseWriter, r *http.Request) (any, 
 	if reply.Plugin == nil {
 		return nil, errNotFound("plugin")
 	}
-	return reply.Plugin, nil
+	return csiPluginView{CSIPlugin: reply.Plugin, Allocations: s.pluginAllocs(r, args.Region, reply.Plugin)}, nil
+}
+
+// csiPluginView is a plugin with its instances' allocations, as Nomad's
+// api.CSIPlugin has them.
+type csiPluginView struct {
+	*structs.CSIPlugin
+	Allocations []*structs.AllocListStub
+}
+
+// pluginAllocs reads the allocations of p's instances that run as tasks,
+// by ID order. One that cannot be read (gone meanwhile) is left out: it
+// only decorates the answer.
+func (s *HTTPServer) pluginAllocs(r *http.Request, region string, p *structs.CSIPlugin) []*structs.AllocListStub {
+	ids := map[string]bool{}
+	for _, m := range []map[string]*structs.CSIInfo{p.Controllers, p.Nodes} {
+		for _, info := range m {
+			if info != nil && info.AllocID != "" {
+				ids[info.AllocID] = true
+			}
+		}
+	}
+	out := []*structs.AllocListStub{}
+	for _, id := range sortedKeys(ids) {
+		args := structs.AllocSpecificRequest{AllocID: id}
+		args.Region = region
+		var reply structs.SingleAllocResponse
+		if err := s.rpc(r, "Alloc.GetAlloc", &args, &reply); err != nil || reply.Alloc == nil {
+			continue
+		}
+		out = append(out, reply.Alloc.Stub())
+	}
+	return out
+}
+
+// sortedKeys returns m's keys in order.
+func sortedKeys(m map[string]bool) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
 }
 
 // csiVolumesExternalReply is Nomad's api.CSIVolumeListExternalResponse.
