@@ -34,7 +34,9 @@ func TestStateStore_LastDrain(t *testing.T) {
 	must.Eq(t, start, ld.StartedAt)
 
 	must.NoError(t, s.UpsertNode(3, n))
-	must.EqOp(t, structs.DrainStatusDraining, get().LastDrain.Status, must.Sprint("a re-registration keeps it"))
+	must.NotNil(t, get().LastDrain, must.Sprint("a re-registration keeps it"))
+	must.NotNil(t, get().DrainStrategy, must.Sprint("a re-registration keeps the drain"))
+	must.EqOp(t, structs.DrainStatusDraining, get().LastDrain.Status)
 
 	must.NoError(t, s.UpdateNodeDrain(4, n.ID, nil, true, false, start.Unix()+60, nil))
 	ld = get().LastDrain
