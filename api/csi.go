@@ -69,6 +69,10 @@ type CSIVolume struct {
 	// a volume create makes the volume from.
 	SnapshotID string `json:",omitempty"`
 	CloneID    string `json:",omitempty"`
+	// RequestedTopologies is the spec's topology_request; Topologies is
+	// where the volume is accessible (empty: everywhere).
+	RequestedTopologies *CSITopologyRequest `json:",omitempty"`
+	Topologies          []*CSITopology      `json:",omitempty"`
 	// ReadAllocs and WriteAllocs are keyed by claiming allocation ID; the
 	// values are always nil, as in Nomad.
 	ReadAllocs  map[string]*struct{}
@@ -225,4 +229,15 @@ func (p *CSIPlugins) Info(id string, q *QueryOptions) (*CSIPlugin, *QueryMeta, e
 		return nil, nil, err
 	}
 	return &out, qm, nil
+}
+
+// CSITopology is a set of topology segments, such as {"zone": "b"}.
+type CSITopology struct {
+	Segments map[string]string
+}
+
+// CSITopologyRequest is a volume spec's topology_request.
+type CSITopologyRequest struct {
+	Required  []*CSITopology
+	Preferred []*CSITopology
 }

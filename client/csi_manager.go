@@ -353,11 +353,15 @@ func fetchNodeInfo(ctx context.Context, c *csiPluginClient) (*structs.CSINodeInf
 	if err != nil {
 		return nil, err
 	}
-	return &structs.CSINodeInfo{
+	out := &structs.CSINodeInfo{
 		ID:                      info.GetNodeId(),
 		MaxVolumes:              info.GetMaxVolumesPerNode(),
 		RequiresNodeStageVolume: nodeRequiresStage(caps),
-	}, nil
+	}
+	if segs := info.GetAccessibleTopology().GetSegments(); len(segs) > 0 {
+		out.AccessibleTopology = &structs.CSITopology{Segments: segs}
+	}
+	return out, nil
 }
 
 func setHealth(info *structs.CSIInfo, err error) {

@@ -88,12 +88,48 @@ type volumeSpecHCL struct {
 	CapacityMin  *hcl.Attribute         `hcl:"capacity_min,optional"`
 	CapacityMax  *hcl.Attribute         `hcl:"capacity_max,optional"`
 	SnapshotID   string                 `hcl:"snapshot_id,optional"`
+	Topology     *topologyRequestHCL    `hcl:"topology_request,block"`
 	CloneID      string                 `hcl:"clone_id,optional"`
 	Capabilities []*volumeCapabilityHCL `hcl:"capability,block"`
 	MountOptions *volumeMountHCL        `hcl:"mount_options,block"`
 	Secrets      *stringMapHCL          `hcl:"secrets,block"`
 	Parameters   *stringMapHCL          `hcl:"parameters,block"`
 	Context      *stringMapHCL          `hcl:"context,block"`
+}
+
+// topologyRequestHCL is Nomad's topology_request block:
+//
+//	topology_request {
+//	  required  { topology { segments = { "topology.hostpath.csi/zone" = "b" } } }
+//	  preferred { topology { segments = { zone = "b" } } }
+//	}
+//
+// segments is an attribute holding a map, so that keys with dots and
+// slashes (as CSI topology keys have) can be quoted.
+type topologyRequestHCL struct {
+	Required  *topologyListHCL `hcl:"required,block"`
+	Preferred *topologyListHCL `hcl:"preferred,block"`
+}
+
+type topologyListHCL struct {
+	Topologies []*topologyHCL `hcl:"topology,block"`
+}
+
+type topologyHCL struct {
+	Segments map[string]string `hcl:"segments"`
+}
+
+// decode reads the topologies of a required or preferred block.
+func (l *topologyListHCL) decode() ([]*api.CSITopology, hcl.Diagnostics) {
+	if l == nil {
+		return nil, nil
+	}
+	var out []*api.CSITopology
+	var diags hcl.Diagnostics
+	for _, t := range l.Topologies {
+		out = append(out, &api.CSITopology{Segments: t.Segments})
+	}
+	return out, diags
 }
 
 type volumeCapabilityHCL struct {
@@ -154,6 +190,13 @@ func parseVolumeSpec(filename string, src []byte) (*api.CSIVolume, error) {
 	errs = append(errs, d...)
 	vol.Context, d = spec.Context.decode()
 	errs = append(errs, d...)
+	if tr := spec.Topology; tr != nil {
+		vol.RequestedTopologies = &api.CSITopologyRequest{}
+		vol.RequestedTopologies.Required, d = tr.Required.decode()
+		errs = append(errs, d...)
+		vol.RequestedTopologies.Preferred, d = tr.Preferred.decode()
+		errs = append(errs, d...)
+	}
 	vol.RequestedCapacityMin, d = decodeCapacity(spec.CapacityMin)
 	errs = append(errs, d...)
 	vol.RequestedCapacityMax, d = decodeCapacity(spec.CapacityMax)

@@ -64,6 +64,12 @@ func validateVolume(store *state.StateStore, v *structs.CSIVolume) error {
 			add("attachment mode %q is not file-system or block-device", c.AttachmentMode)
 		}
 	}
+	if err := v.RequestedTopologies.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if len(v.Topologies) > structs.MaxTopologies {
+		add("%d topologies; at most %d", len(v.Topologies), structs.MaxTopologies)
+	}
 	if v.CapacityMin < 0 || v.CapacityMax < 0 || (v.CapacityMax > 0 && v.CapacityMin > v.CapacityMax) {
 		add("capacity_min %d and capacity_max %d are not a valid range", v.CapacityMin, v.CapacityMax)
 	}
@@ -127,6 +133,10 @@ func (c *CSIVolume) Register(args *structs.CSIVolumeRegisterRequest, reply *stru
 			cp.Name = cp.ID
 		}
 		cp.Claims = nil // claims are the server's, never the caller's
+		// A registered volume is accessible where its spec requires.
+		if len(cp.Topologies) == 0 && cp.RequestedTopologies != nil && len(cp.RequestedTopologies.Required) > 0 {
+			cp.Topologies = structs.CopyTopologies(cp.RequestedTopologies.Required)
+		}
 		old, err := store.CSIVolumeByID(nil, cp.Namespace, cp.ID)
 		if err != nil {
 			return err

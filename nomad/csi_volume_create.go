@@ -165,6 +165,7 @@ func (s *Server) createVolume(ctx context.Context, v *structs.CSIVolume, wr stru
 			PluginID: v.PluginID, Name: v.ID, CapacityMin: v.CapacityMin, CapacityMax: v.CapacityMax,
 			Capabilities: v.RequestedCapabilities, MountOptions: v.MountOptions,
 			Parameters: v.Parameters, Secrets: v.Secrets, SnapshotID: v.SnapshotID, CloneID: v.CloneID,
+			Topologies:         v.RequestedTopologies,
 			CSIControllerQuery: structs.CSIControllerQuery{ControllerNodeID: cn.ID},
 		}
 		return s.clientRPC(ctx, cn.ID, "ClientCSI.ControllerCreateVolume", &req, &created)
@@ -183,6 +184,11 @@ func (s *Server) createVolume(ctx context.Context, v *structs.CSIVolume, wr stru
 	vol.Claims = nil
 	vol.ExternalID = created.ExternalVolumeID
 	vol.Capacity = created.CapacityBytes
+	vol.Topologies = structs.CopyTopologies(created.Topologies)
+	if len(vol.Topologies) == 0 && vol.RequestedTopologies != nil && len(vol.RequestedTopologies.Required) > 0 {
+		// A provider that does not say keeps to what was required.
+		vol.Topologies = structs.CopyTopologies(vol.RequestedTopologies.Required)
+	}
 	// The provider's context is what the node plugin needs; the caller's
 	// fills in only keys the provider did not set.
 	if len(created.VolumeContext) > 0 {

@@ -102,6 +102,14 @@ type CSIVolume struct {
 	SnapshotID string
 	CloneID    string
 
+	// RequestedTopologies is the spec's topology_request, passed to the
+	// provider on create. Topologies is where the volume is accessible:
+	// what the provider answered on create, or the required topologies of
+	// a registration. Empty means everywhere. Claims are placed only on
+	// nodes inside one of them.
+	RequestedTopologies *CSITopologyRequest
+	Topologies          []*CSITopology
+
 	// Claims are keyed by allocation ID.
 	Claims map[string]*CSIVolumeClaim
 
@@ -207,6 +215,8 @@ func (v *CSIVolume) Copy() *CSIVolume {
 	c.Secrets = copyStringMap(v.Secrets)
 	c.Parameters = copyStringMap(v.Parameters)
 	c.Context = copyStringMap(v.Context)
+	c.RequestedTopologies = v.RequestedTopologies.Copy()
+	c.Topologies = CopyTopologies(v.Topologies)
 	c.Claims = make(map[string]*CSIVolumeClaim, len(v.Claims))
 	for id, cl := range v.Claims {
 		x := *cl

@@ -58,6 +58,12 @@ func (v *CSIVolume) InheritUnset(old *CSIVolume) {
 	if v.SnapshotID == "" && v.CloneID == "" {
 		v.SnapshotID, v.CloneID = old.SnapshotID, old.CloneID
 	}
+	if len(v.Topologies) == 0 {
+		v.Topologies = CopyTopologies(old.Topologies)
+	}
+	if v.RequestedTopologies == nil {
+		v.RequestedTopologies = old.RequestedTopologies.Copy()
+	}
 }
 
 // CheckCSIVolumeUpdate reports whether next may replace old, the
@@ -85,6 +91,9 @@ func CheckCSIVolumeUpdate(old, next *CSIVolume) error {
 	}
 	if next.SnapshotID != old.SnapshotID {
 		add("snapshot_id cannot be changed from %q to %q: it is what the volume was created from", old.SnapshotID, next.SnapshotID)
+	}
+	if len(old.Topologies) > 0 && !TopologiesEqual(old.Topologies, next.Topologies) {
+		add("topologies cannot be changed from %s to %s: they say where the storage is", TopologiesString(old.Topologies), TopologiesString(next.Topologies))
 	}
 	if next.CloneID != old.CloneID {
 		add("clone_id cannot be changed from %q to %q: it is what the volume was created from", old.CloneID, next.CloneID)

@@ -71,6 +71,9 @@ type CSINodeInfo struct {
 	ID                      string
 	MaxVolumes              int64
 	RequiresNodeStageVolume bool
+	// AccessibleTopology is where this node is (NodeGetInfo); nil when
+	// the plugin does not say.
+	AccessibleTopology *CSITopology `json:",omitempty"`
 }
 
 // Node is a client agent as the servers know it.

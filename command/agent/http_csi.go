@@ -98,6 +98,7 @@ type csiVolumeInput struct {
 	RequestedCapabilities []*csiCapabilityJSON
 	SnapshotID            string
 	CloneID               string
+	RequestedTopologies   *structs.CSITopologyRequest
 }
 
 // csiVolumeRegisterBody is Nomad's api.CSIVolumeRegisterRequest.
@@ -112,6 +113,7 @@ func (in *csiVolumeInput) toStruct() *structs.CSIVolume {
 		PluginID: in.PluginID, Secrets: in.Secrets, Parameters: in.Parameters, Context: in.Context,
 		CapacityMin: in.RequestedCapacityMin, CapacityMax: in.RequestedCapacityMax,
 		SnapshotID: in.SnapshotID, CloneID: in.CloneID,
+		RequestedTopologies: in.RequestedTopologies,
 	}
 	for _, c := range in.RequestedCapabilities {
 		if c != nil {
@@ -241,6 +243,8 @@ type csiVolumeView struct {
 	RequestedCapabilities []*csiCapabilityJSON
 	SnapshotID            string
 	CloneID               string
+	RequestedTopologies   *structs.CSITopologyRequest
+	Topologies            []*structs.CSITopology
 	ReadAllocs            map[string]*struct{}
 	WriteAllocs           map[string]*struct{}
 	Claims                []*csiClaimJSON
@@ -263,6 +267,7 @@ func newCSIVolumeView(v *structs.CSIVolume, p *structs.CSIPlugin) *csiVolumeView
 		Parameters: v.Parameters, Context: v.Context, Capacity: v.Capacity,
 		RequestedCapacityMin: v.CapacityMin, RequestedCapacityMax: v.CapacityMax,
 		SnapshotID: v.SnapshotID, CloneID: v.CloneID,
+		RequestedTopologies: v.RequestedTopologies, Topologies: v.Topologies,
 		ReadAllocs: map[string]*struct{}{}, WriteAllocs: map[string]*struct{}{},
 		Claims:      []*csiClaimJSON{},
 		CreateIndex: v.CreateIndex, ModifyIndex: v.ModifyIndex,

@@ -119,6 +119,10 @@ func (s *controllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolu
 			return nil, status.Error(codes.InvalidArgument, "unknown content source")
 		}
 	}
+	zone, err := chooseZone(req.GetAccessibilityRequirements())
+	if err != nil {
+		return nil, err
+	}
 	id, err := newID("vol-")
 	if err != nil {
 		return nil, err
@@ -132,7 +136,7 @@ func (s *controllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolu
 				continue
 			}
 			if v.CapacityBytes < size || (limit > 0 && v.CapacityBytes > limit) ||
-				v.SourceSnapshotID != sourceSnapshot || v.SourceVolumeID != sourceVolume ||
+				v.SourceSnapshotID != sourceSnapshot || v.SourceVolumeID != sourceVolume || v.Zone != zone ||
 				!maps.Equal(v.Parameters, req.GetParameters()) {
 				return status.Errorf(codes.AlreadyExists, "volume %q exists as %s with a different size, source or parameters", v.Name, v.ID)
 			}
@@ -200,6 +204,7 @@ func (s *controllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolu
 			Parameters:       req.GetParameters(),
 			SourceSnapshotID: sourceSnapshot,
 			SourceVolumeID:   sourceVolume,
+			Zone:             zone,
 			CreatedAt:        time.Now().UTC(),
 		}
 		st.Volumes[id] = &vol
@@ -218,6 +223,9 @@ func (s *controllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolu
 // csiVolume is the CSI form of a stored volume.
 func csiVolume(v *volume) *csi.Volume {
 	out := &csi.Volume{VolumeId: v.ID, CapacityBytes: v.CapacityBytes}
+	if v.Zone != "" {
+		out.AccessibleTopology = []*csi.Topology{{Segments: map[string]string{TopologyZoneKey: v.Zone}}}
+	}
 	switch {
 	case v.SourceSnapshotID != "":
 		out.ContentSource = &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Snapshot{
@@ -329,6 +337,11 @@ func (s *controllerServer) ControllerPublishVolume(ctx context.Context, req *csi
 				return status.Errorf(codes.FailedPrecondition,
 					"volume %s is attached to node %s in mode %s", volID, otherID, a.AccessMode)
 			}
+		}
+		if v := st.Volumes[volID]; v.Zone != "" && n.Zone != v.Zone {
+			// A zonal disk attaches only to machines in its zone.
+			return status.Errorf(codes.FailedPrecondition, "volume %s lives in zone %q; node %s is in zone %q",
+				volID, v.Zone, nodeID, n.Zone)
 		}
 		if n.MaxVolumes > 0 && int64(len(n.Attachments)) >= n.MaxVolumes {
 			return status.Errorf(codes.ResourceExhausted,

@@ -106,3 +106,29 @@ func (s *nodeServer) NodeExpandVolume(ctx context.Context, req *csi.NodeExpandVo
 	s.p.logger.Info("expanded file system", "volume_id", id, "volume_path", path, "capacity_bytes", capacity)
 	return &csi.NodeExpandVolumeResponse{CapacityBytes: capacity}, nil
 }
+
+// TopologyZoneKey is the topology segment the plugin's zones are under.
+const TopologyZoneKey = "topology.hostpath.csi/zone"
+
+// chooseZone picks the zone of a new volume from its accessibility
+// requirements: the first preferred topology's zone, else the first
+// requisite one's; "" (every zone) without requirements. A topology
+// naming other segments than the zone is INVALID_ARGUMENT.
+func chooseZone(req *csi.TopologyRequirement) (string, error) {
+	for _, list := range [][]*csi.Topology{req.GetPreferred(), req.GetRequisite()} {
+		for _, t := range list {
+			for k := range t.GetSegments() {
+				if k != TopologyZoneKey {
+					return "", status.Errorf(codes.InvalidArgument, "topology segment %q is not %q", k, TopologyZoneKey)
+				}
+			}
+		}
+	}
+	if p := req.GetPreferred(); len(p) > 0 {
+		return p[0].GetSegments()[TopologyZoneKey], nil
+	}
+	if r := req.GetRequisite(); len(r) > 0 {
+		return r[0].GetSegments()[TopologyZoneKey], nil
+	}
+	return "", nil
+}

@@ -114,3 +114,49 @@ func TestCreate_CloneCopiesTheData(t *testing.T) {
 	_, err = clone("nowhere", "vol-missing")
 	mustCode(t, codes.NotFound, err)
 }
+
+// TestZones: a node in a zone reports it; a volume created with a zone
+// requirement lives in that zone and attaches only to its nodes.
+func TestZones(t *testing.T) {
+	stateDir := t.TempDir()
+	cfgA, _ := testConfig(t, stateDir, "node-a")
+	cfgA.Zone = "a"
+	cfgB, _ := testConfig(t, stateDir, "node-b")
+	cfgB.Zone = "b"
+	a := dial(t, startPlugin(t, cfgA))
+	startPlugin(t, cfgB)
+	ctx := context.Background()
+
+	info, err := a.node.NodeGetInfo(ctx, &csi.NodeGetInfoRequest{})
+	must.NoError(t, err)
+	must.Eq(t, map[string]string{TopologyZoneKey: "a"}, info.GetAccessibleTopology().GetSegments())
+	caps, err := a.id.GetPluginCapabilities(ctx, &csi.GetPluginCapabilitiesRequest{})
+	must.NoError(t, err)
+	found := false
+	for _, c := range caps.GetCapabilities() {
+		if c.GetService().GetType() == csi.PluginCapability_Service_VOLUME_ACCESSIBILITY_CONSTRAINTS {
+			found = true
+		}
+	}
+	must.True(t, found)
+
+	zoneB := &csi.TopologyRequirement{Requisite: []*csi.Topology{{Segments: map[string]string{TopologyZoneKey: "b"}}}}
+	resp, err := a.ctrl.CreateVolume(ctx, &csi.CreateVolumeRequest{
+		Name: "zonal", VolumeCapabilities: []*csi.VolumeCapability{singleWriter}, AccessibilityRequirements: zoneB,
+	})
+	must.NoError(t, err)
+	vol := resp.GetVolume()
+	must.SliceLen(t, 1, vol.GetAccessibleTopology())
+	must.Eq(t, "b", vol.GetAccessibleTopology()[0].GetSegments()[TopologyZoneKey])
+
+	_, err = publish(ctx, a, vol.GetVolumeId(), "node-a", singleWriter)
+	mustCode(t, codes.FailedPrecondition, err)
+	_, err = publish(ctx, a, vol.GetVolumeId(), "node-b", singleWriter)
+	must.NoError(t, err)
+
+	_, err = a.ctrl.CreateVolume(ctx, &csi.CreateVolumeRequest{
+		Name: "odd", VolumeCapabilities: []*csi.VolumeCapability{singleWriter},
+		AccessibilityRequirements: &csi.TopologyRequirement{Requisite: []*csi.Topology{{Segments: map[string]string{"rack": "1"}}}},
+	})
+	mustCode(t, codes.InvalidArgument, err)
+}

@@ -24,10 +24,14 @@ type nodeServer struct {
 var _ csi.NodeServer = (*nodeServer)(nil)
 
 func (s *nodeServer) NodeGetInfo(context.Context, *csi.NodeGetInfoRequest) (*csi.NodeGetInfoResponse, error) {
-	return &csi.NodeGetInfoResponse{
+	resp := &csi.NodeGetInfoResponse{
 		NodeId:            s.p.cfg.NodeID,
 		MaxVolumesPerNode: s.p.cfg.MaxVolumesPerNode,
-	}, nil
+	}
+	if s.p.cfg.Zone != "" {
+		resp.AccessibleTopology = &csi.Topology{Segments: map[string]string{TopologyZoneKey: s.p.cfg.Zone}}
+	}
+	return resp, nil
 }
 
 func (s *nodeServer) NodeGetCapabilities(context.Context, *csi.NodeGetCapabilitiesRequest) (*csi.NodeGetCapabilitiesResponse, error) {

@@ -38,7 +38,9 @@ type volume struct {
 	Parameters       map[string]string `json:"parameters,omitempty"`
 	SourceSnapshotID string            `json:"source_snapshot_id,omitempty"`
 	SourceVolumeID   string            `json:"source_volume_id,omitempty"`
-	CreatedAt        time.Time         `json:"created_at"`
+	// Zone is the zone the volume lives in; empty is every zone.
+	Zone      string    `json:"zone,omitempty"`
+	CreatedAt time.Time `json:"created_at"`
 }
 
 // snapshot is a point-in-time copy of a volume's data.
@@ -55,6 +57,7 @@ type snapshot struct {
 type node struct {
 	ID           string    `json:"id"`
 	MaxVolumes   int64     `json:"max_volumes_per_node"`
+	Zone         string    `json:"zone,omitempty"`
 	RegisteredAt time.Time `json:"registered_at"`
 
 	// Attachments maps volume ID to the controller-side attachment.
