@@ -30,6 +30,13 @@ type DriverInfo struct {
 	UpdateTime        time.Time
 }
 
+// CSINodeInfo is a node plugin's view of its node.
+type CSINodeInfo struct {
+	ID                 string
+	MaxVolumes         int64
+	AccessibleTopology *CSITopology `json:",omitempty"`
+}
+
 // CSIInfo is a CSI plugin instance on a node.
 type CSIInfo struct {
 	PluginID          string
@@ -37,6 +44,8 @@ type CSIInfo struct {
 	Healthy           bool
 	HealthDescription string
 	UpdateTime        time.Time
+	// NodeInfo is what a node instance reports of its node.
+	NodeInfo *CSINodeInfo `json:",omitempty"`
 }
 
 // Node is a client node in full.

@@ -5,6 +5,7 @@ import (
 	"io"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/roamhq/roam/api"
@@ -161,13 +162,25 @@ func printNodeCSI(out io.Writer, title string, m map[string]*api.CSIInfo) {
 		ids = append(ids, id)
 	}
 	sort.Strings(ids)
-	rows := [][]string{{"Plugin ID", "Healthy", "Alloc ID", "Description"}}
+	rows := [][]string{{"Plugin ID", "Healthy", "Alloc ID", "Topology", "Description"}}
 	for _, id := range ids {
 		info := m[id]
 		if info == nil {
 			continue
 		}
-		rows = append(rows, []string{id, strconv.FormatBool(info.Healthy), orNone(info.AllocID), orNone(info.HealthDescription)})
+		topo := ""
+		if info.NodeInfo != nil && info.NodeInfo.AccessibleTopology != nil {
+			keys := make([]string, 0, len(info.NodeInfo.AccessibleTopology.Segments))
+			for k := range info.NodeInfo.AccessibleTopology.Segments {
+				keys = append(keys, k)
+			}
+			sort.Strings(keys)
+			for i, k := range keys {
+				keys[i] = k + "=" + info.NodeInfo.AccessibleTopology.Segments[k]
+			}
+			topo = strings.Join(keys, ",")
+		}
+		rows = append(rows, []string{id, strconv.FormatBool(info.Healthy), orNone(info.AllocID), orNone(topo), orNone(info.HealthDescription)})
 	}
 	fmt.Fprint(out, formatColumns(rows))
 }

@@ -20,6 +20,11 @@ func TestCSI_TopologyPlacesOnlyInZone(t *testing.T) {
 	cc := startCSICluster(t, csiOpts{Servers: 1, Clients: 3, ExternalPlugins: true,
 		Zones: map[string]string{"client-0": "a", "client-1": "b", "client-2": "a"}})
 	zoneB := cc.NodeIDs["client-1"]
+	// Each node's plugin reports its zone, fingerprinted per node.
+	for name, zone := range map[string]string{"client-0": "a", "client-1": "b", "client-2": "a"} {
+		out := cc.MustCLI("node", "status", "-verbose", cc.NodeIDs[name])
+		must.True(t, hasRow(out, csiPluginID, "true", zoneKey+"="+zone), must.Sprintf("%s:\n%s", name, out))
+	}
 
 	spec := createVolumeSpec("zonal", "1MiB", fmt.Sprintf(`topology_request {
   required {
