@@ -65,6 +65,14 @@ type CSIVolume struct {
 	RequestedCapacityMin  int64
 	RequestedCapacityMax  int64
 	RequestedCapabilities []*CSIVolumeCapability
+	// SnapshotID or CloneID (the external ID of a volume to copy) is what
+	// a volume create makes the volume from.
+	SnapshotID string `json:",omitempty"`
+	CloneID    string `json:",omitempty"`
+	// RequestedTopologies is the spec's topology_request; Topologies is
+	// where the volume is accessible (empty: everywhere).
+	RequestedTopologies *CSITopologyRequest `json:",omitempty"`
+	Topologies          []*CSITopology      `json:",omitempty"`
 	// ReadAllocs and WriteAllocs are keyed by claiming allocation ID; the
 	// values are always nil, as in Nomad.
 	ReadAllocs  map[string]*struct{}
@@ -192,8 +200,11 @@ type CSIPlugin struct {
 	ControllersExpected int
 	NodesHealthy        int
 	NodesExpected       int
-	CreateIndex         uint64
-	ModifyIndex         uint64
+	// Allocations are the plugin's instances' allocations, as Nomad
+	// lists them.
+	Allocations []*AllocationListStub
+	CreateIndex uint64
+	ModifyIndex uint64
 }
 
 // List returns the plugins; q.Prefix filters by ID prefix.
@@ -218,4 +229,15 @@ func (p *CSIPlugins) Info(id string, q *QueryOptions) (*CSIPlugin, *QueryMeta, e
 		return nil, nil, err
 	}
 	return &out, qm, nil
+}
+
+// CSITopology is a set of topology segments, such as {"zone": "b"}.
+type CSITopology struct {
+	Segments map[string]string
+}
+
+// CSITopologyRequest is a volume spec's topology_request.
+type CSITopologyRequest struct {
+	Required  []*CSITopology
+	Preferred []*CSITopology
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"strconv"
 )
 
 // CSIVolumeCreateRequest is the body of a create.
@@ -79,6 +80,19 @@ func (v *CSIVolumes) Detach(id, nodeID string, w *WriteOptions) (*WriteMeta, err
 	return v.c.write(http.MethodDelete, "/v1/volume/csi/"+id+"/detach", params, nil, nil, w)
 }
 
+// Expand grows volume id to at least min bytes (at most max, when above
+// 0), at the controller and on every node where it is mounted, and
+// returns the volume as registered. A size below its capacity is refused.
+func (v *CSIVolumes) Expand(id string, min, max int64, w *WriteOptions) (*CSIVolume, *WriteMeta, error) {
+	req := struct{ RequestedCapacityMin, RequestedCapacityMax int64 }{min, max}
+	var out CSIVolume
+	wm, err := v.c.write(http.MethodPut, "/v1/volume/csi/"+id+"/expand", nil, req, &out, w)
+	if err != nil {
+		return nil, nil, err
+	}
+	return &out, wm, nil
+}
+
 // CreateSnapshot snapshots snap.SourceVolumeID, named snap.Name (the
 // server makes up a name when it is empty).
 func (v *CSIVolumes) CreateSnapshot(snap *CSISnapshot, w *WriteOptions) (*CSISnapshotCreateResponse, *WriteMeta, error) {
@@ -112,6 +126,46 @@ func (v *CSIVolumes) ListSnapshots(pluginID, nextToken string, q *QueryOptions) 
 	var out CSISnapshotListResponse
 	if err := json.Unmarshal(buf, &out); err != nil {
 		return nil, nil, fmt.Errorf("api: decode response: %w", err)
+	}
+	return &out, qm, nil
+}
+
+// CSIVolumeExternalStub is one volume as the storage provider lists it.
+type CSIVolumeExternalStub struct {
+	ExternalID               string
+	CapacityBytes            int64
+	VolumeContext            map[string]string
+	CloneID                  string
+	SnapshotID               string
+	PublishedExternalNodeIDs []string
+	IsAbnormal               bool
+	Status                   string
+}
+
+// CSIVolumeListExternalResponse is one page of a provider's volumes.
+type CSIVolumeListExternalResponse struct {
+	Volumes   []*CSIVolumeExternalStub
+	NextToken string
+}
+
+// ListExternal returns one page (perPage entries at most, 0 for the
+// provider's choice) of the volumes pluginID's storage provider has,
+// starting at nextToken (empty for the first page).
+func (v *CSIVolumes) ListExternal(pluginID string, perPage int32, nextToken string, q *QueryOptions) (*CSIVolumeListExternalResponse, *QueryMeta, error) {
+	params := url.Values{"plugin_id": {pluginID}}
+	if perPage != 0 {
+		params.Set("per_page", strconv.Itoa(int(perPage)))
+	}
+	if nextToken != "" {
+		params.Set("next_token", nextToken)
+	}
+	buf, qm, err := v.c.rawQuery("/v1/volumes/external", params, q)
+	if err != nil {
+		return nil, nil, err
+	}
+	var out CSIVolumeListExternalResponse
+	if err := json.Unmarshal(buf, &out); err != nil {
+		return nil, nil, fmt.Errorf("decode external volumes: %w", err)
 	}
 	return &out, qm, nil
 }

@@ -30,6 +30,13 @@ type DriverInfo struct {
 	UpdateTime        time.Time
 }
 
+// CSINodeInfo is a node plugin's view of its node.
+type CSINodeInfo struct {
+	ID                 string
+	MaxVolumes         int64
+	AccessibleTopology *CSITopology `json:",omitempty"`
+}
+
 // CSIInfo is a CSI plugin instance on a node.
 type CSIInfo struct {
 	PluginID          string
@@ -37,6 +44,8 @@ type CSIInfo struct {
 	Healthy           bool
 	HealthDescription string
 	UpdateTime        time.Time
+	// NodeInfo is what a node instance reports of its node.
+	NodeInfo *CSINodeInfo `json:",omitempty"`
 }
 
 // Node is a client node in full.
@@ -52,6 +61,8 @@ type Node struct {
 	CSIControllerPlugins map[string]*CSIInfo
 	CSINodePlugins       map[string]*CSIInfo
 	Drain                bool
+	// LastDrain is the node's latest drain, nil if it never drained.
+	LastDrain *DrainMetadata
 	// DrainStrategy is set while the node drains.
 	DrainStrategy         *DrainStrategy
 	SchedulingEligibility string
@@ -184,4 +195,14 @@ func (n *Nodes) UpdateEligibility(nodeID string, eligible bool, w *WriteOptions)
 		return nil, nil, err
 	}
 	return &out, wm, nil
+}
+
+// DrainMetadata is a node's latest drain: Status is draining, complete
+// or canceled.
+type DrainMetadata struct {
+	StartedAt  time.Time
+	UpdatedAt  time.Time
+	Status     string
+	AccessorID string
+	Meta       map[string]string
 }

@@ -101,6 +101,9 @@ type CSIPluginConfig struct {
 	Type string
 	// Socket is the absolute path of the plugin's unix socket.
 	Socket string
+	// AllocID is the allocation of the plugin task that serves it; empty
+	// for a plugin run outside Roam. The servers list it as the plugin's.
+	AllocID string
 }
 
 // Validate names the first bad value.

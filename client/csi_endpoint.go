@@ -102,6 +102,15 @@ func (e *ClientCSI) controllerCreateVolume(ctx context.Context, args *structs.Cl
 		req.VolumeContentSource = &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Volume{
 			Volume: &csi.VolumeContentSource_VolumeSource{VolumeId: args.CloneID}}}
 	}
+	if t := args.Topologies; t != nil && (len(t.Required) > 0 || len(t.Preferred) > 0) {
+		req.AccessibilityRequirements = &csi.TopologyRequirement{}
+		for _, x := range t.Required {
+			req.AccessibilityRequirements.Requisite = append(req.AccessibilityRequirements.Requisite, &csi.Topology{Segments: x.Segments})
+		}
+		for _, x := range t.Preferred {
+			req.AccessibilityRequirements.Preferred = append(req.AccessibilityRequirements.Preferred, &csi.Topology{Segments: x.Segments})
+		}
+	}
 	return e.mgr.controllerCall(ctx, args.PluginID, "CreateVolume", func(ctx context.Context, p *csiPluginClient) error {
 		resp, err := p.CreateVolume(ctx, req)
 		if err != nil {
@@ -111,6 +120,10 @@ func (e *ClientCSI) controllerCreateVolume(ctx context.Context, args *structs.Cl
 		reply.ExternalVolumeID = v.GetVolumeId()
 		reply.CapacityBytes = v.GetCapacityBytes()
 		reply.VolumeContext = v.GetVolumeContext()
+		reply.Topologies = reply.Topologies[:0]
+		for _, t := range v.GetAccessibleTopology() {
+			reply.Topologies = append(reply.Topologies, &structs.CSITopology{Segments: t.GetSegments()})
+		}
 		return nil
 	})
 }

@@ -277,7 +277,7 @@ func (m *csiManager) fingerprint(ctx context.Context, p *csiManagedPlugin, logge
 	ctx, cancel := context.WithTimeout(ctx, csiFingerprintTimeout)
 	defer cancel()
 
-	base := &structs.CSIInfo{PluginID: p.cfg.ID, UpdateTime: time.Now()}
+	base := &structs.CSIInfo{PluginID: p.cfg.ID, AllocID: p.cfg.AllocID, UpdateTime: time.Now()}
 	err := func() error {
 		info, err := p.client.GetPluginInfo(ctx)
 		if err != nil {
@@ -353,11 +353,15 @@ func fetchNodeInfo(ctx context.Context, c *csiPluginClient) (*structs.CSINodeInf
 	if err != nil {
 		return nil, err
 	}
-	return &structs.CSINodeInfo{
+	out := &structs.CSINodeInfo{
 		ID:                      info.GetNodeId(),
 		MaxVolumes:              info.GetMaxVolumesPerNode(),
 		RequiresNodeStageVolume: nodeRequiresStage(caps),
-	}, nil
+	}
+	if segs := info.GetAccessibleTopology().GetSegments(); len(segs) > 0 {
+		out.AccessibleTopology = &structs.CSITopology{Segments: segs}
+	}
+	return out, nil
 }
 
 func setHealth(info *structs.CSIInfo, err error) {

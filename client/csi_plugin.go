@@ -161,6 +161,14 @@ func (p *csiPluginClient) DeleteSnapshot(ctx context.Context, req *csi.DeleteSna
 	return csiCall(ctx, "DeleteSnapshot", p.controller.DeleteSnapshot, req)
 }
 
+func (p *csiPluginClient) ControllerExpandVolume(ctx context.Context, req *csi.ControllerExpandVolumeRequest) (*csi.ControllerExpandVolumeResponse, error) {
+	return csiCall(ctx, "ControllerExpandVolume", p.controller.ControllerExpandVolume, req)
+}
+
+func (p *csiPluginClient) ListVolumes(ctx context.Context, req *csi.ListVolumesRequest) (*csi.ListVolumesResponse, error) {
+	return csiCall(ctx, "ListVolumes", p.controller.ListVolumes, req)
+}
+
 func (p *csiPluginClient) ListSnapshots(ctx context.Context, req *csi.ListSnapshotsRequest) (*csi.ListSnapshotsResponse, error) {
 	return csiCall(ctx, "ListSnapshots", p.controller.ListSnapshots, req)
 }
@@ -191,6 +199,10 @@ func (p *csiPluginClient) NodeUnpublishVolume(ctx context.Context, req *csi.Node
 	return csiCall(ctx, "NodeUnpublishVolume", p.node.NodeUnpublishVolume, req)
 }
 
+func (p *csiPluginClient) NodeExpandVolume(ctx context.Context, req *csi.NodeExpandVolumeRequest) (*csi.NodeExpandVolumeResponse, error) {
+	return csiCall(ctx, "NodeExpandVolume", p.node.NodeExpandVolume, req)
+}
+
 // csiControllerInfo turns controller capabilities into the node's view.
 func csiControllerInfo(resp *csi.ControllerGetCapabilitiesResponse) *structs.CSIControllerInfo {
 	info := &structs.CSIControllerInfo{}
@@ -210,6 +222,8 @@ func csiControllerInfo(resp *csi.ControllerGetCapabilitiesResponse) *structs.CSI
 			info.SupportsExpand = true
 		case csi.ControllerServiceCapability_RPC_PUBLISH_READONLY:
 			info.SupportsReadOnlyAttach = true
+		case csi.ControllerServiceCapability_RPC_CLONE_VOLUME:
+			info.SupportsClone = true
 		}
 	}
 	return info
@@ -220,6 +234,17 @@ func csiControllerInfo(resp *csi.ControllerGetCapabilitiesResponse) *structs.CSI
 func nodeRequiresStage(resp *csi.NodeGetCapabilitiesResponse) bool {
 	for _, c := range resp.GetCapabilities() {
 		if c.GetRpc().GetType() == csi.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME {
+			return true
+		}
+	}
+	return false
+}
+
+// nodeCanExpand reports whether the node capabilities include
+// EXPAND_VOLUME: without it the CSI spec forbids calling NodeExpandVolume.
+func nodeCanExpand(resp *csi.NodeGetCapabilitiesResponse) bool {
+	for _, c := range resp.GetCapabilities() {
+		if c.GetRpc().GetType() == csi.NodeServiceCapability_RPC_EXPAND_VOLUME {
 			return true
 		}
 	}

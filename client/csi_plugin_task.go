@@ -75,8 +75,8 @@ func csiPluginSocket(allocID string, task *structs.Task, dirs taskDirs) (socket,
 }
 
 // csiPluginConfigFor is what the CSI manager is given for a plugin task.
-func csiPluginConfigFor(task *structs.Task, socket string) *CSIPluginConfig {
-	return &CSIPluginConfig{ID: task.CSIPluginConfig.ID, Type: task.CSIPluginConfig.Type, Socket: socket}
+func csiPluginConfigFor(allocID string, task *structs.Task, socket string) *CSIPluginConfig {
+	return &CSIPluginConfig{ID: task.CSIPluginConfig.ID, Type: task.CSIPluginConfig.Type, Socket: socket, AllocID: allocID}
 }
 
 // prepareCSIPlugin creates a plugin task's mount_dir and removes a socket
@@ -116,7 +116,7 @@ func (tr *taskRunner) prepareCSIPlugin() error {
 // A plugin ID held by another task (an older allocation of the same job
 // still stopping) is retried until that one lets go.
 func (tr *taskRunner) manageCSIPlugin(ctx context.Context) (added bool) {
-	cfg := csiPluginConfigFor(tr.task, tr.csiSocket)
+	cfg := csiPluginConfigFor(tr.allocID, tr.task, tr.csiSocket)
 	t := time.NewTicker(csiPluginPollInterval)
 	defer t.Stop()
 	warned := false

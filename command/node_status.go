@@ -5,6 +5,7 @@ import (
 	"io"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/roamhq/roam/api"
@@ -135,12 +136,53 @@ func showNode(c *api.Client, f *apiFlags, id string, verbose bool, out, errOut i
 		[2]string{"Version", orNone(node.Attributes["roam.version"])},
 		[2]string{"Drivers", orNone(driverList(node.Drivers))},
 	)
+	if ld := node.LastDrain; ld != nil {
+		pairs = append(pairs, [2]string{"Last Drain", fmt.Sprintf("%s (started %s, updated %s)",
+			ld.Status, ld.StartedAt.UTC().Format(time.RFC3339), ld.UpdatedAt.UTC().Format(time.RFC3339))})
+	}
 	fmt.Fprint(out, formatKV(pairs))
 	if verbose {
 		printMap(out, "Attributes", node.Attributes)
 		printMap(out, "Meta", node.Meta)
+		printNodeCSI(out, "CSI Controller Plugins", node.CSIControllerPlugins)
+		printNodeCSI(out, "CSI Node Plugins", node.CSINodePlugins)
 	}
 	return 0
+}
+
+// printNodeCSI prints a titled table of a node's CSI plugin instances.
+func printNodeCSI(out io.Writer, title string, m map[string]*api.CSIInfo) {
+	fmt.Fprintf(out, "\n%s\n", title)
+	if len(m) == 0 {
+		fmt.Fprintln(out, "<none>")
+		return
+	}
+	ids := make([]string, 0, len(m))
+	for id := range m {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	rows := [][]string{{"Plugin ID", "Healthy", "Alloc ID", "Topology", "Description"}}
+	for _, id := range ids {
+		info := m[id]
+		if info == nil {
+			continue
+		}
+		topo := ""
+		if info.NodeInfo != nil && info.NodeInfo.AccessibleTopology != nil {
+			keys := make([]string, 0, len(info.NodeInfo.AccessibleTopology.Segments))
+			for k := range info.NodeInfo.AccessibleTopology.Segments {
+				keys = append(keys, k)
+			}
+			sort.Strings(keys)
+			for i, k := range keys {
+				keys[i] = k + "=" + info.NodeInfo.AccessibleTopology.Segments[k]
+			}
+			topo = strings.Join(keys, ",")
+		}
+		rows = append(rows, []string{id, strconv.FormatBool(info.Healthy), orNone(info.AllocID), orNone(topo), orNone(info.HealthDescription)})
+	}
+	fmt.Fprint(out, formatColumns(rows))
 }
 
 // driverList names the healthy drivers, sorted, comma-separated.

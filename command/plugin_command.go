@@ -59,6 +59,7 @@ func runPluginCSIHostpath(args []string, out, errOut io.Writer) int {
 	fs.StringVar(&mode, "mode", string(cfg.Mode), "services to serve: controller, node or monolith")
 	fs.DurationVar(&cfg.PublishLatency, "publish-latency", cfg.PublishLatency, "how long controller publish and unpublish take")
 	fs.Int64Var(&cfg.MaxVolumesPerNode, "max-volumes-per-node", cfg.MaxVolumesPerNode, "volumes that may be attached to this node at once (0: no limit)")
+	fs.StringVar(&cfg.Zone, "zone", "", "put this node in a zone (topology segment "+hostpath.TopologyZoneKey+"); volumes created with a topology requirement live in one zone")
 	fs.StringVar(&logLevel, "log-level", "INFO", "log level: TRACE, DEBUG, INFO, WARN, ERROR")
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {

@@ -114,6 +114,16 @@ func showPlugin(c *api.Client, f *apiFlags, id string, verbose bool, out, errOut
 	}))
 	printInstances(out, "Controllers", p.Controllers, verbose)
 	printInstances(out, "Nodes", p.Nodes, verbose)
+	fmt.Fprintln(out, "\nAllocations")
+	if len(p.Allocations) == 0 {
+		fmt.Fprintln(out, "No allocations (the plugin runs outside Roam, or has no tasks)")
+		return 0
+	}
+	rows := [][]string{{"ID", "Node ID", "Job", "Task Group", "Desired", "Status"}}
+	for _, a := range p.Allocations {
+		rows = append(rows, []string{shortID(a.ID, verbose), shortID(a.NodeID, verbose), a.JobID, a.TaskGroup, a.DesiredStatus, a.ClientStatus})
+	}
+	fmt.Fprint(out, formatColumns(rows))
 	return 0
 }
 

@@ -26,7 +26,15 @@ const volumeCreateUsage = `Usage: roam volume create [options] <file>
 
   Creates a volume in its storage provider, through the plugin's
   controller, and registers it. The spec is the one of "roam volume
-  register", without external_id: the provider assigns it.
+  register", without external_id: the provider assigns it, and with
+  at most one content source:
+
+    snapshot_id = "snap-0123"   # restore a snapshot of the plugin's
+    clone_id    = "vol-0456"    # copy a volume (its external ID)
+
+  The plugin's controller must advertise CREATE_DELETE_SNAPSHOT or
+  CLONE_VOLUME for them. Creating a registered ID again updates it; a
+  larger capacity_min then expands the volume.
 `
 
 func runVolumeCreate(args []string, out, errOut io.Writer) int {

@@ -87,11 +87,49 @@ type volumeSpecHCL struct {
 	ExternalID   string                 `hcl:"external_id"`
 	CapacityMin  *hcl.Attribute         `hcl:"capacity_min,optional"`
 	CapacityMax  *hcl.Attribute         `hcl:"capacity_max,optional"`
+	SnapshotID   string                 `hcl:"snapshot_id,optional"`
+	Topology     *topologyRequestHCL    `hcl:"topology_request,block"`
+	CloneID      string                 `hcl:"clone_id,optional"`
 	Capabilities []*volumeCapabilityHCL `hcl:"capability,block"`
 	MountOptions *volumeMountHCL        `hcl:"mount_options,block"`
 	Secrets      *stringMapHCL          `hcl:"secrets,block"`
 	Parameters   *stringMapHCL          `hcl:"parameters,block"`
 	Context      *stringMapHCL          `hcl:"context,block"`
+}
+
+// topologyRequestHCL is Nomad's topology_request block:
+//
+//	topology_request {
+//	  required  { topology { segments = { "topology.hostpath.csi/zone" = "b" } } }
+//	  preferred { topology { segments = { zone = "b" } } }
+//	}
+//
+// segments is an attribute holding a map, so that keys with dots and
+// slashes (as CSI topology keys have) can be quoted.
+type topologyRequestHCL struct {
+	Required  *topologyListHCL `hcl:"required,block"`
+	Preferred *topologyListHCL `hcl:"preferred,block"`
+}
+
+type topologyListHCL struct {
+	Topologies []*topologyHCL `hcl:"topology,block"`
+}
+
+type topologyHCL struct {
+	Segments map[string]string `hcl:"segments"`
+}
+
+// decode reads the topologies of a required or preferred block.
+func (l *topologyListHCL) decode() ([]*api.CSITopology, hcl.Diagnostics) {
+	if l == nil {
+		return nil, nil
+	}
+	var out []*api.CSITopology
+	var diags hcl.Diagnostics
+	for _, t := range l.Topologies {
+		out = append(out, &api.CSITopology{Segments: t.Segments})
+	}
+	return out, diags
 }
 
 type volumeCapabilityHCL struct {
@@ -121,6 +159,7 @@ func parseVolumeSpec(filename string, src []byte) (*api.CSIVolume, error) {
 	}
 	vol := &api.CSIVolume{
 		ID: spec.ID, Name: spec.Name, PluginID: spec.PluginID, ExternalID: spec.ExternalID,
+		SnapshotID: spec.SnapshotID, CloneID: spec.CloneID,
 	}
 	if vol.Name == "" {
 		vol.Name = vol.ID
@@ -151,6 +190,13 @@ func parseVolumeSpec(filename string, src []byte) (*api.CSIVolume, error) {
 	errs = append(errs, d...)
 	vol.Context, d = spec.Context.decode()
 	errs = append(errs, d...)
+	if tr := spec.Topology; tr != nil {
+		vol.RequestedTopologies = &api.CSITopologyRequest{}
+		vol.RequestedTopologies.Required, d = tr.Required.decode()
+		errs = append(errs, d...)
+		vol.RequestedTopologies.Preferred, d = tr.Preferred.decode()
+		errs = append(errs, d...)
+	}
 	vol.RequestedCapacityMin, d = decodeCapacity(spec.CapacityMin)
 	errs = append(errs, d...)
 	vol.RequestedCapacityMax, d = decodeCapacity(spec.CapacityMax)
@@ -200,43 +246,53 @@ func decodeCapacity(attr *hcl.Attribute) (int64, hcl.Diagnostics) {
 	if diags := gohcl.DecodeExpression(attr.Expr, nil, &s); diags.HasErrors() {
 		return 0, diags
 	}
+	n, detail := parseByteSize(s)
+	if detail != "" {
+		return 0, hcl.Diagnostics{{
+			Severity: hcl.DiagError, Summary: "Invalid " + attr.Name,
+			Detail: detail, Subject: attr.Expr.Range().Ptr(),
+		}}
+	}
+	return n, nil
+}
+
+// parseByteSize reads a size: a number of bytes, or a number with a unit
+// such as "10GiB" or "500MB". On failure it returns why, as a detail for
+// an error, and 0.
+func parseByteSize(s string) (int64, string) {
 	s = strings.TrimSpace(s)
 	i := strings.IndexFunc(s, func(r rune) bool { return (r < '0' || r > '9') && r != '.' })
 	num, unit := s, ""
 	if i >= 0 {
 		num, unit = s[:i], strings.ToLower(strings.TrimSpace(s[i:]))
 	}
-	invalid := func(detail string) (int64, hcl.Diagnostics) {
-		return 0, hcl.Diagnostics{{
-			Severity: hcl.DiagError, Summary: "Invalid " + attr.Name,
-			Detail: detail, Subject: attr.Expr.Range().Ptr(),
-		}}
-	}
+	notSize := fmt.Sprintf("%q is not a size such as 10GiB, 500MB or a number of bytes", s)
+	tooBig := fmt.Sprintf("%q is more than %d bytes", s, int64(math.MaxInt64))
 	mult, ok := byteUnits[unit]
 	if !ok {
-		return invalid(fmt.Sprintf("%q is not a size such as 10GiB, 500MB or a number of bytes", s))
+		return 0, notSize
 	}
 	// Whole numbers are read exactly; a float holds integers exactly only
 	// up to 2^53.
 	if n, err := strconv.ParseInt(num, 10, 64); err == nil {
 		if n > math.MaxInt64/mult {
-			return invalid(fmt.Sprintf("%q is more than %d bytes", s, int64(math.MaxInt64)))
+			return 0, tooBig
 		}
-		return n * mult, nil
+		return n * mult, ""
 	}
 	f, err := strconv.ParseFloat(num, 64)
 	if err != nil {
 		if errors.Is(err, strconv.ErrRange) {
-			return invalid(fmt.Sprintf("%q is more than %d bytes", s, int64(math.MaxInt64)))
+			return 0, tooBig
 		}
-		return invalid(fmt.Sprintf("%q is not a size such as 10GiB, 500MB or a number of bytes", s))
+		return 0, notSize
 	}
 	// Converting a float at or past 2^63 to int64 does not fail: on amd64
 	// it gives math.MinInt64, a negative capacity.
 	if v := f * float64(mult); v < 1<<63 {
-		return int64(v), nil
+		return int64(v), ""
 	}
-	return invalid(fmt.Sprintf("%q is more than %d bytes", s, int64(math.MaxInt64)))
+	return 0, tooBig
 }
 
 // volumeDiagError renders error diagnostics as "file:line,col: summary;

@@ -79,6 +79,9 @@ type csiOpts struct {
 	// ServerConfigExtra and ClientConfigExtra are Opts' fields of the same
 	// names: more HCL for every server (client), such as shorter timeouts.
 	ServerConfigExtra, ClientConfigExtra string
+	// Zones puts the plugin of each named client in a zone (-zone); it
+	// needs ExternalPlugins, whose flags are per client.
+	Zones map[string]string
 	// LogLevel is Opts' field of the same name (DEBUG when empty).
 	LogLevel string
 }
@@ -127,6 +130,9 @@ func startCSICluster(t *testing.T, opts csiOpts) *csiCluster {
 	}
 	clientName := func(i int) string { return fmt.Sprintf("client-%d", i) }
 
+	if len(opts.Zones) > 0 && !opts.ExternalPlugins {
+		t.Fatal("e2e: csiOpts.Zones needs ExternalPlugins")
+	}
 	if opts.ExternalPlugins {
 		var agents []*Agent
 		// Registered before the cluster's cleanup, so it runs after it:
@@ -142,6 +148,9 @@ func startCSICluster(t *testing.T, opts csiOpts) *csiCluster {
 				sock := filepath.Join(dir, prefix+name+".sock")
 				args := append([]string{"plugin", "csi-hostpath", "-endpoint", "unix://" + sock, "-node-id", name},
 					csiPluginFlags(s.stateDir, opts)...)
+				if z := opts.Zones[name]; z != "" {
+					args = append(args, "-zone", z)
+				}
 				a := NewAgent(t, "plugin-"+prefix+name, filepath.Join(dir, "plugin-"+prefix+name), 0, 0, args...)
 				agents = append(agents, a)
 				must.NoError(t, a.Start())

@@ -124,6 +124,10 @@ type Eval struct {
 	PreviousEval      string
 	NextEval          string
 	BlockedEval       string
+	// FailedTGAllocs says, per group, why placements failed.
+	FailedTGAllocs map[string]*struct {
+		ConstraintFiltered map[string]int
+	}
 }
 
 // Terminal reports whether the evaluation is finished.

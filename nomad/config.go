@@ -17,6 +17,12 @@ import (
 // Config configures a server. DefaultConfig works as is for a single dev
 // server; Validate names the first bad value and changes nothing.
 type Config struct {
+	// EventBufferSize is how many Raft indexes' events the server keeps
+	// for event stream subscribers (DefaultEventBufferSize when 0). A
+	// subscriber further behind than that is cut off with
+	// structs.ErrEventsDropped.
+	EventBufferSize int
+
 	// NodeID is the server's Raft ID; persisted in DataDir when empty.
 	NodeID string
 	// NodeName is the human name shown by members and peers.

@@ -66,6 +66,12 @@ func (c *CSIVolume) Claim(args *structs.CSIVolumeClaimRequest, reply *structs.CS
 		if err := structs.ValidateID(structs.IDKindPlugin, vol.PluginID); err != nil {
 			return err
 		}
+		// The scheduler places only inside the volume's topology; a claim
+		// from outside it (a placement from before the volume's topology
+		// was known, or a forged one) never reaches the provider.
+		if why := outsideTopology(vol, node.CSINodePlugins[vol.PluginID]); why != "" {
+			return fmt.Errorf("%w: %s (node %s)", structs.ErrInvalidRequest, why, node.ID)
+		}
 		claim := &structs.CSIVolumeClaim{
 			AllocationID: alloc.ID, NodeID: node.ID, Mode: args.Mode,
 			AccessMode: args.AccessMode, AttachmentMode: args.AttachmentMode,

@@ -64,6 +64,12 @@ func validateVolume(store *state.StateStore, v *structs.CSIVolume) error {
 			add("attachment mode %q is not file-system or block-device", c.AttachmentMode)
 		}
 	}
+	if err := v.RequestedTopologies.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if len(v.Topologies) > structs.MaxTopologies {
+		add("%d topologies; at most %d", len(v.Topologies), structs.MaxTopologies)
+	}
 	if v.CapacityMin < 0 || v.CapacityMax < 0 || (v.CapacityMax > 0 && v.CapacityMin > v.CapacityMax) {
 		add("capacity_min %d and capacity_max %d are not a valid range", v.CapacityMin, v.CapacityMax)
 	}
@@ -127,10 +133,32 @@ func (c *CSIVolume) Register(args *structs.CSIVolumeRegisterRequest, reply *stru
 			cp.Name = cp.ID
 		}
 		cp.Claims = nil // claims are the server's, never the caller's
-		if err := checkVolumeUpdate(store, cp); err != nil {
+		// A registered volume is accessible where its spec requires.
+		if len(cp.Topologies) == 0 && cp.RequestedTopologies != nil && len(cp.RequestedTopologies.Required) > 0 {
+			cp.Topologies = structs.CopyTopologies(cp.RequestedTopologies.Required)
+		}
+		old, err := store.CSIVolumeByID(nil, cp.Namespace, cp.ID)
+		if err != nil {
+			return err
+		}
+		if old == nil && (cp.SnapshotID != "" || cp.CloneID != "") {
+			return fmt.Errorf("volume %q: %w: snapshot_id and clone_id apply only to volume create; a registered volume exists already",
+				cp.ID, structs.ErrInvalidRequest)
+		}
+		if needsExpand(old, cp) {
+			err = checkExpandingUpdate(store, old, cp)
+		} else {
+			err = checkVolumeUpdate(store, cp)
+		}
+		if err != nil {
 			return err
 		}
 		vols = append(vols, cp)
+	}
+	// A larger capacity_min grows the volume first (Nomad's rule); the
+	// registration then records the grown volume.
+	if err := c.srv.expandForUpdates(vols, args.WriteRequest); err != nil {
+		return err
 	}
 	req := structs.CSIVolumeRegisterRequest{Volumes: vols, WriteRequest: args.WriteRequest}
 	_, index, err := c.srv.raftApply(structs.CSIVolumeRegisterRequestType, &req)

@@ -99,6 +99,9 @@ func (c *volumeChecker) FeasibleVolumes(node *structs.Node, tg *structs.TaskGrou
 		case !info.Healthy:
 			return false, fmt.Sprintf("unhealthy CSI node plugin %q", vol.PluginID)
 		}
+		if why := outsideTopology(vol, info); why != "" {
+			return false, why
+		}
 		free := c.liveClaims(vol)
 		if err := free.CanClaim(claimFor(req, node.ID)); err != nil {
 			if errors.Is(err, structs.ErrCSIMaxClaims) {
@@ -184,4 +187,24 @@ func (c *volumeChecker) attachedOnNode(nodeID, pluginID string) (map[string]bool
 		}
 	}
 	return attached, nil
+}
+
+// outsideTopology says why a node whose plugin instance is info may not
+// hold vol: it lies outside every topology the volume is accessible in.
+// It is "" when the node may (or the volume has no topology).
+func outsideTopology(vol *structs.CSIVolume, info *structs.CSIInfo) string {
+	if len(vol.Topologies) == 0 {
+		return ""
+	}
+	var at *structs.CSITopology
+	if info != nil && info.NodeInfo != nil {
+		at = info.NodeInfo.AccessibleTopology
+	}
+	for _, t := range vol.Topologies {
+		if t.Contains(at) {
+			return ""
+		}
+	}
+	return fmt.Sprintf("volume %q is accessible only in topology %s; the node is in %s",
+		vol.ID, structs.TopologiesString(vol.Topologies), at.String())
 }

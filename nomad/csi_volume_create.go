@@ -22,7 +22,53 @@ func (s *Server) csiProvisionContext() (context.Context, context.CancelFunc) {
 func validateVolumeCreate(store *state.StateStore, v *structs.CSIVolume) error {
 	cp := v.Copy()
 	cp.ExternalID = "to be created" // satisfies validateVolume; replaced by the provider's
-	return validateVolume(store, cp)
+	if err := validateVolume(store, cp); err != nil {
+		return err
+	}
+	return checkVolumeSource(store, v)
+}
+
+// checkVolumeSource checks a create's content source: at most one of
+// snapshot_id and clone_id, each a valid provider ID, and a plugin with a
+// controller that advertises what it needs (CREATE_DELETE_SNAPSHOT to
+// restore a snapshot, CLONE_VOLUME to clone), so that a plugin that would
+// ignore the source and hand back an empty volume is never asked.
+func checkVolumeSource(store *state.StateStore, v *structs.CSIVolume) error {
+	if v.SnapshotID == "" && v.CloneID == "" {
+		return nil
+	}
+	if v.SnapshotID != "" && v.CloneID != "" {
+		return fmt.Errorf("volume %q: %w: snapshot_id %q and clone_id %q both given; a volume has one source",
+			v.ID, structs.ErrInvalidRequest, v.SnapshotID, v.CloneID)
+	}
+	capability, supports := "CREATE_DELETE_SNAPSHOT", func(i *structs.CSIControllerInfo) bool { return i.SupportsCreateSnapshot }
+	if v.SnapshotID != "" {
+		if err := structs.ValidateExternalID(structs.IDKindSnapshot, v.SnapshotID); err != nil {
+			return fmt.Errorf("volume %q: snapshot_id: %w", v.ID, err)
+		}
+	} else {
+		if err := structs.ValidateExternalID(structs.IDKindExternalVol, v.CloneID); err != nil {
+			return fmt.Errorf("volume %q: clone_id: %w", v.ID, err)
+		}
+		capability, supports = "CLONE_VOLUME", func(i *structs.CSIControllerInfo) bool { return i.SupportsClone }
+	}
+	p, err := store.CSIPluginByID(nil, v.PluginID)
+	if err != nil {
+		return err
+	}
+	if p != nil {
+		for _, c := range p.Controllers {
+			if c != nil && c.ControllerInfo != nil && supports(c.ControllerInfo) {
+				return nil
+			}
+		}
+	}
+	what := "snapshot_id"
+	if v.CloneID != "" {
+		what = "clone_id"
+	}
+	return fmt.Errorf("volume %q: %w: %s needs a plugin whose controller advertises %s; plugin %q has none that does",
+		v.ID, structs.ErrInvalidRequest, what, capability, v.PluginID)
 }
 
 // Create creates volumes in the storage provider through the plugin's
@@ -71,10 +117,24 @@ func (c *CSIVolume) Create(args *structs.CSIVolumeCreateRequest, reply *structs.
 		if err := validateVolume(store, next); err != nil {
 			return err
 		}
-		if err := checkVolumeUpdate(store, next); err != nil {
+		if needsExpand(existing, next) {
+			err = checkExpandingUpdate(store, existing, next)
+		} else {
+			err = checkVolumeUpdate(store, next)
+		}
+		if err != nil {
 			return err
 		}
 		updates[i] = next
+	}
+	var grow []*structs.CSIVolume
+	for _, u := range updates {
+		if u != nil {
+			grow = append(grow, u)
+		}
+	}
+	if err := srv.expandForUpdates(grow, args.WriteRequest); err != nil {
+		return err
 	}
 	ctx, cancel := srv.csiProvisionContext()
 	defer cancel()
@@ -104,7 +164,8 @@ func (s *Server) createVolume(ctx context.Context, v *structs.CSIVolume, wr stru
 		req := structs.ClientCSIControllerCreateVolumeRequest{
 			PluginID: v.PluginID, Name: v.ID, CapacityMin: v.CapacityMin, CapacityMax: v.CapacityMax,
 			Capabilities: v.RequestedCapabilities, MountOptions: v.MountOptions,
-			Parameters: v.Parameters, Secrets: v.Secrets,
+			Parameters: v.Parameters, Secrets: v.Secrets, SnapshotID: v.SnapshotID, CloneID: v.CloneID,
+			Topologies:         v.RequestedTopologies,
 			CSIControllerQuery: structs.CSIControllerQuery{ControllerNodeID: cn.ID},
 		}
 		return s.clientRPC(ctx, cn.ID, "ClientCSI.ControllerCreateVolume", &req, &created)
@@ -123,6 +184,11 @@ func (s *Server) createVolume(ctx context.Context, v *structs.CSIVolume, wr stru
 	vol.Claims = nil
 	vol.ExternalID = created.ExternalVolumeID
 	vol.Capacity = created.CapacityBytes
+	vol.Topologies = structs.CopyTopologies(created.Topologies)
+	if len(vol.Topologies) == 0 && vol.RequestedTopologies != nil && len(vol.RequestedTopologies.Required) > 0 {
+		// A provider that does not say keeps to what was required.
+		vol.Topologies = structs.CopyTopologies(vol.RequestedTopologies.Required)
+	}
 	// The provider's context is what the node plugin needs; the caller's
 	// fills in only keys the provider did not set.
 	if len(created.VolumeContext) > 0 {

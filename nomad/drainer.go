@@ -94,7 +94,7 @@ func (s *Server) drainNode(ws memdb.WatchSet, n *structs.Node) error {
 	case plan.Complete:
 		s.logger.Info("drain complete; node stays ineligible", "node_id", n.ID)
 		_, _, err := s.raftApply(structs.NodeUpdateDrainRequestType, &structs.NodeUpdateDrainRequest{
-			NodeID: n.ID, UpdatedAt: in.Now.Unix(),
+			NodeID: n.ID, UpdatedAt: in.Now.Unix(), Complete: true,
 		})
 		return err
 	}

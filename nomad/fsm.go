@@ -33,10 +33,12 @@ const (
 type FSM struct {
 	logger hclog.Logger
 
-	// mu guards state, which a restore swaps, and hook.
+	// mu guards state, which a restore swaps, hook and events.
 	mu    sync.RWMutex
 	state *state.StateStore
 	hook  ApplyHook
+	// events, when set, gets the events of every applied entry.
+	events *eventBroker
 }
 
 var _ raft.FSM = (*FSM)(nil)
@@ -89,6 +91,15 @@ func (f *FSM) Apply(l *raft.Log) any {
 // workers and to unblock evaluations when capacity changes. It must not
 // block.
 type ApplyHook func(t structs.MessageType, evals []*structs.Evaluation)
+
+// SetEventBroker makes every write to the store, now and after a restore,
+// publish its events to b.
+func (f *FSM) SetEventBroker(b *eventBroker) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.events = b
+	f.state.SetChangeHook(b.storeHook)
+}
 
 // SetApplyHook sets (or, with nil, clears) the hook.
 func (f *FSM) SetApplyHook(h ApplyHook) {
@@ -161,7 +172,7 @@ var fsmAppliers = map[structs.MessageType]fsmApplier{
 		}),
 	structs.NodeUpdateDrainRequestType: decodeApply(structs.NodeUpdateDrainRequestType,
 		func(st *state.StateStore, index uint64, req *structs.NodeUpdateDrainRequest) ([]*structs.Evaluation, error) {
-			return req.Evals, st.UpdateNodeDrain(index, req.NodeID, req.DrainStrategy, req.MarkEligible, req.UpdatedAt, req.Evals)
+			return req.Evals, st.UpdateNodeDrain(index, req.NodeID, req.DrainStrategy, req.MarkEligible, req.Complete, req.UpdatedAt, req.Evals)
 		}),
 	structs.CSIVolumeRegisterRequestType: decodeApply(structs.CSIVolumeRegisterRequestType,
 		func(st *state.StateStore, index uint64, req *structs.CSIVolumeRegisterRequest) ([]*structs.Evaluation, error) {
@@ -202,8 +213,16 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	f.mu.Lock()
 	old := f.state
 	f.state = fresh
+	events := f.events
 	f.mu.Unlock()
 	old.Abandon()
+	if events != nil {
+		// The restore's contents come without events: a subscriber from
+		// before it would miss them.
+		fresh.SetChangeHook(events.storeHook)
+		latest, _ := fresh.LatestIndex()
+		events.restored(latest)
+	}
 	return nil
 }
 

@@ -34,6 +34,9 @@ type Server struct {
 	config *Config
 	logger hclog.Logger
 
+	// events buffers the event stream (/v1/event/stream).
+	events *eventBroker
+
 	listener  net.Listener
 	advertise string
 	// connLimiter counts the connections open per remote address.
@@ -172,6 +175,8 @@ func NewServer(config *Config) (*Server, error) {
 	}
 	s.fsm = fsm
 	fsm.SetApplyHook(s.onApply)
+	s.events = newEventBroker(config.EventBufferSize)
+	fsm.SetEventBroker(s.events)
 	s.registerEndpoints()
 
 	if err := s.setupRaft(); err != nil {

@@ -145,7 +145,7 @@ func (s *StateStore) CSIPlugins(ws memdb.WatchSet, prefix string) ([]*structs.CS
 // registration that raced another one, or a claim, past the leader's check
 // is refused here, and then nothing of the batch is written.
 func (s *StateStore) UpsertCSIVolumes(index uint64, vols []*structs.CSIVolume) error {
-	txn := s.db.Txn(true)
+	txn := s.writeTxn()
 	defer txn.Abort()
 	for _, vol := range vols {
 		if err := upsertCSIVolumeTxn(txn, index, vol); err != nil {
@@ -155,7 +155,7 @@ func (s *StateStore) UpsertCSIVolumes(index uint64, vols []*structs.CSIVolume) e
 	if err := setIndexTxn(txn, TableCSIVolumes, index); err != nil {
 		return err
 	}
-	txn.Commit()
+	s.commit(txn, index)
 	return nil
 }
 
@@ -192,7 +192,7 @@ func upsertCSIVolumeTxn(txn *memdb.Txn, index uint64, vol *structs.CSIVolume) er
 // same before it proposes; checking again here keeps a claim reserved in
 // between from being dropped with its volume.
 func (s *StateStore) DeleteCSIVolumes(index uint64, namespace string, ids []string, force bool) error {
-	txn := s.db.Txn(true)
+	txn := s.writeTxn()
 	defer txn.Abort()
 	for _, id := range ids {
 		raw, err := txn.First(TableCSIVolumes, "id", namespace, id)
@@ -212,7 +212,7 @@ func (s *StateStore) DeleteCSIVolumes(index uint64, namespace string, ids []stri
 	if err := setIndexTxn(txn, TableCSIVolumes, index); err != nil {
 		return err
 	}
-	txn.Commit()
+	s.commit(txn, index)
 	return nil
 }
 
@@ -248,7 +248,7 @@ func deletableTxn(txn *memdb.Txn, v *structs.CSIVolume, force bool) error {
 // stored (replacing the allocation's previous record); a nil claim state
 // "" frees it. It is the one write every claim transition goes through.
 func (s *StateStore) UpdateCSIVolumeClaim(index uint64, namespace, volID string, claim *structs.CSIVolumeClaim) error {
-	txn := s.db.Txn(true)
+	txn := s.writeTxn()
 	defer txn.Abort()
 	raw, err := txn.First(TableCSIVolumes, "id", namespace, volID)
 	if err != nil {
@@ -280,7 +280,7 @@ func (s *StateStore) UpdateCSIVolumeClaim(index uint64, namespace, volID string,
 	if err := setIndexTxn(txn, TableCSIVolumes, index); err != nil {
 		return err
 	}
-	txn.Commit()
+	s.commit(txn, index)
 	return nil
 }
 

@@ -9,9 +9,9 @@ import (
 )
 
 // UpsertNode registers or re-registers a node at index. A re-registration
-// keeps the node's CreateIndex and its scheduling eligibility.
+// keeps the node's CreateIndex, its scheduling eligibility and its drain.
 func (s *StateStore) UpsertNode(index uint64, node *structs.Node, evals ...*structs.Evaluation) error {
-	txn := s.db.Txn(true)
+	txn := s.writeTxn()
 	defer txn.Abort()
 
 	n := node.Copy()
@@ -23,6 +23,10 @@ func (s *StateStore) UpsertNode(index uint64, node *structs.Node, evals ...*stru
 		old := existing.(*structs.Node)
 		n.CreateIndex = old.CreateIndex
 		n.SchedulingEligibility = old.SchedulingEligibility
+		// Drains are the servers' to start and end: a client that
+		// re-registers (its fingerprint changed, as a plugin stopping
+		// during the drain changes it) knows nothing of one.
+		n.DrainStrategy, n.Drain, n.LastDrain = old.DrainStrategy, old.Drain, old.LastDrain
 	} else {
 		n.CreateIndex = index
 		if n.SchedulingEligibility == "" {
@@ -45,7 +49,7 @@ func (s *StateStore) UpsertNode(index uint64, node *structs.Node, evals ...*stru
 	if err := upsertEvalsTxn(txn, index, evals); err != nil {
 		return err
 	}
-	txn.Commit()
+	s.commit(txn, index)
 	return nil
 }
 
@@ -61,7 +65,7 @@ func (s *StateStore) UpdateNodeStatus(index uint64, nodeID, status string, updat
 // DeleteNodes removes nodes at index. Unknown IDs are an error and nothing
 // is removed.
 func (s *StateStore) DeleteNodes(index uint64, nodeIDs []string) error {
-	txn := s.db.Txn(true)
+	txn := s.writeTxn()
 	defer txn.Abort()
 
 	for _, id := range nodeIDs {
@@ -82,7 +86,7 @@ func (s *StateStore) DeleteNodes(index uint64, nodeIDs []string) error {
 	if err := setIndexTxn(txn, TableNodes, index); err != nil {
 		return err
 	}
-	txn.Commit()
+	s.commit(txn, index)
 	return nil
 }
 

@@ -16,6 +16,9 @@ type StateStore struct {
 	// abandonCh is closed when a restore replaces this store, waking every
 	// blocked query so it re-reads from the new one.
 	abandonCh chan struct{}
+
+	// hook is told of every committed write (SetChangeHook).
+	hook *changeHook
 }
 
 // NewStateStore returns an empty store.
@@ -24,7 +27,7 @@ func NewStateStore() (*StateStore, error) {
 	if err != nil {
 		return nil, fmt.Errorf("state: create memdb: %w", err)
 	}
-	return &StateStore{db: db, abandonCh: make(chan struct{})}, nil
+	return &StateStore{db: db, abandonCh: make(chan struct{}), hook: &changeHook{}}, nil
 }
 
 // AbandonCh is closed when the store has been replaced by a restore.
@@ -35,7 +38,7 @@ func (s *StateStore) Abandon() { close(s.abandonCh) }
 
 // Snapshot returns a point-in-time view that later writes do not change.
 func (s *StateStore) Snapshot() *StateSnapshot {
-	return &StateSnapshot{StateStore: StateStore{db: s.db.Snapshot(), abandonCh: s.abandonCh}}
+	return &StateSnapshot{StateStore: StateStore{db: s.db.Snapshot(), abandonCh: s.abandonCh, hook: &changeHook{}}}
 }
 
 // StateSnapshot is a read-only copy of the store.

@@ -2,6 +2,7 @@ package state
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/roamhq/roam/structs"
 )
@@ -12,7 +13,7 @@ import (
 
 // RegisterJob stores a job and its evaluation.
 func (s *StateStore) RegisterJob(index uint64, job *structs.Job, eval *structs.Evaluation) error {
-	txn := s.db.Txn(true)
+	txn := s.writeTxn()
 	defer txn.Abort()
 	if err := upsertJobTxn(txn, index, job); err != nil {
 		return err
@@ -20,14 +21,14 @@ func (s *StateStore) RegisterJob(index uint64, job *structs.Job, eval *structs.E
 	if err := upsertEvalsTxn(txn, index, evalList(eval)); err != nil {
 		return err
 	}
-	txn.Commit()
+	s.commit(txn, index)
 	return nil
 }
 
 // DeregisterJob marks a job stopped, or removes it when purge is set, and
 // stores the evaluation that stops its allocations.
 func (s *StateStore) DeregisterJob(index uint64, namespace, id string, purge bool, eval *structs.Evaluation) error {
-	txn := s.db.Txn(true)
+	txn := s.writeTxn()
 	defer txn.Abort()
 	raw, err := txn.First(TableJobs, "id", namespace, id)
 	if err != nil {
@@ -58,14 +59,14 @@ func (s *StateStore) DeregisterJob(index uint64, namespace, id string, purge boo
 	if err := upsertEvalsTxn(txn, index, evalList(eval)); err != nil {
 		return err
 	}
-	txn.Commit()
+	s.commit(txn, index)
 	return nil
 }
 
 // ApplyPlanResults stores a plan's stopped and placed or updated
 // allocations and the evaluations it settles or creates.
 func (s *StateStore) ApplyPlanResults(index uint64, stopped, placed []*structs.Allocation, evals []*structs.Evaluation) error {
-	txn := s.db.Txn(true)
+	txn := s.writeTxn()
 	defer txn.Abort()
 	if len(stopped)+len(placed) > 0 {
 		if err := upsertAllocsTxn(txn, index, append(append([]*structs.Allocation(nil), stopped...), placed...)); err != nil {
@@ -75,14 +76,14 @@ func (s *StateStore) ApplyPlanResults(index uint64, stopped, placed []*structs.A
 	if err := upsertEvalsTxn(txn, index, evals); err != nil {
 		return err
 	}
-	txn.Commit()
+	s.commit(txn, index)
 	return nil
 }
 
 // UpdateAllocsFromClientWithEvals records a client's updates and the
 // evaluations they trigger.
 func (s *StateStore) UpdateAllocsFromClientWithEvals(index uint64, updates []*structs.Allocation, evals []*structs.Evaluation) error {
-	txn := s.db.Txn(true)
+	txn := s.writeTxn()
 	defer txn.Abort()
 	if err := updateAllocsFromClientTxn(txn, index, updates); err != nil {
 		return err
@@ -90,14 +91,14 @@ func (s *StateStore) UpdateAllocsFromClientWithEvals(index uint64, updates []*st
 	if err := upsertEvalsTxn(txn, index, evals); err != nil {
 		return err
 	}
-	txn.Commit()
+	s.commit(txn, index)
 	return nil
 }
 
 // UpdateAllocDesiredTransitions sets the drainer's requests on allocations
 // and stores the evaluations that act on them.
 func (s *StateStore) UpdateAllocDesiredTransitions(index uint64, transitions map[string]*structs.DesiredTransition, evals []*structs.Evaluation) error {
-	txn := s.db.Txn(true)
+	txn := s.writeTxn()
 	defer txn.Abort()
 	for id, dt := range transitions {
 		raw, err := txn.First(TableAllocs, "id", id)
@@ -128,15 +129,39 @@ func (s *StateStore) UpdateAllocDesiredTransitions(index uint64, transitions map
 	if err := upsertEvalsTxn(txn, index, evals); err != nil {
 		return err
 	}
-	txn.Commit()
+	s.commit(txn, index)
 	return nil
 }
 
 // UpdateNodeDrain starts (strategy set) or ends (nil) a node's drain. A
 // drain makes the node ineligible; ending one leaves it ineligible unless
-// markEligible.
-func (s *StateStore) UpdateNodeDrain(index uint64, nodeID string, strategy *structs.DrainStrategy, markEligible bool, updatedAt int64, evals []*structs.Evaluation) error {
+// markEligible. LastDrain records the drain: draining while it runs, then
+// complete (the drainer ended it, complete set) or canceled.
+func (s *StateStore) UpdateNodeDrain(index uint64, nodeID string, strategy *structs.DrainStrategy, markEligible, complete bool, updatedAt int64, evals []*structs.Evaluation) error {
 	return s.updateNode(index, nodeID, evals, func(n *structs.Node) {
+		now := time.Unix(updatedAt, 0).UTC()
+		switch {
+		case strategy != nil:
+			started := strategy.StartedAt
+			if n.DrainStrategy != nil && n.LastDrain != nil {
+				started = n.LastDrain.StartedAt // an update of a running drain
+			}
+			n.LastDrain = &structs.DrainMetadata{StartedAt: started, UpdatedAt: strategy.StartedAt, Status: structs.DrainStatusDraining}
+		case n.DrainStrategy != nil:
+			ld := structs.DrainMetadata{StartedAt: n.DrainStrategy.StartedAt, Status: structs.DrainStatusCanceled}
+			if n.LastDrain != nil {
+				ld = *n.LastDrain
+			}
+			// updatedAt has whole seconds; the drain's start does not.
+			ld.UpdatedAt, ld.Status = now, structs.DrainStatusCanceled
+			if ld.UpdatedAt.Before(ld.StartedAt) {
+				ld.UpdatedAt = ld.StartedAt
+			}
+			if complete {
+				ld.Status = structs.DrainStatusComplete
+			}
+			n.LastDrain = &ld
+		}
 		n.DrainStrategy = strategy
 		n.Drain = strategy != nil
 		switch {
@@ -159,7 +184,7 @@ func (s *StateStore) UpdateNodeEligibility(index uint64, nodeID, eligibility str
 
 // updateNode applies change to a copy of the node and stores it with evals.
 func (s *StateStore) updateNode(index uint64, nodeID string, evals []*structs.Evaluation, change func(*structs.Node)) error {
-	txn := s.db.Txn(true)
+	txn := s.writeTxn()
 	defer txn.Abort()
 	raw, err := txn.First(TableNodes, "id", nodeID)
 	if err != nil {
@@ -180,7 +205,7 @@ func (s *StateStore) updateNode(index uint64, nodeID string, evals []*structs.Ev
 	if err := upsertEvalsTxn(txn, index, evals); err != nil {
 		return err
 	}
-	txn.Commit()
+	s.commit(txn, index)
 	return nil
 }
 

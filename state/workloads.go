@@ -11,12 +11,12 @@ import (
 // UpsertJob stores a job at index. A changed specification bumps Version
 // and JobModifyIndex; CreateIndex is kept.
 func (s *StateStore) UpsertJob(index uint64, job *structs.Job) error {
-	txn := s.db.Txn(true)
+	txn := s.writeTxn()
 	defer txn.Abort()
 	if err := upsertJobTxn(txn, index, job); err != nil {
 		return err
 	}
-	txn.Commit()
+	s.commit(txn, index)
 	return nil
 }
 
@@ -48,7 +48,7 @@ func upsertJobTxn(txn *memdb.Txn, index uint64, job *structs.Job) error {
 // DeleteJob removes a job (purge). Its allocations and evaluations stay
 // until garbage collected.
 func (s *StateStore) DeleteJob(index uint64, namespace, id string) error {
-	txn := s.db.Txn(true)
+	txn := s.writeTxn()
 	defer txn.Abort()
 	existing, err := txn.First(TableJobs, "id", namespace, id)
 	if err != nil {
@@ -63,7 +63,7 @@ func (s *StateStore) DeleteJob(index uint64, namespace, id string) error {
 	if err := setIndexTxn(txn, TableJobs, index); err != nil {
 		return err
 	}
-	txn.Commit()
+	s.commit(txn, index)
 	return nil
 }
 
@@ -98,12 +98,12 @@ func (s *StateStore) Jobs(ws memdb.WatchSet, namespace, prefix string) ([]*struc
 
 // UpsertEvals stores evaluations at index.
 func (s *StateStore) UpsertEvals(index uint64, evals []*structs.Evaluation) error {
-	txn := s.db.Txn(true)
+	txn := s.writeTxn()
 	defer txn.Abort()
 	if err := upsertEvalsTxn(txn, index, evals); err != nil {
 		return err
 	}
-	txn.Commit()
+	s.commit(txn, index)
 	return nil
 }
 
@@ -159,12 +159,12 @@ func (s *StateStore) EvalsByJob(ws memdb.WatchSet, namespace, jobID string) ([]*
 // the update carries one, so a server-side change cannot erase what the
 // client reported.
 func (s *StateStore) UpsertAllocs(index uint64, allocs []*structs.Allocation) error {
-	txn := s.db.Txn(true)
+	txn := s.writeTxn()
 	defer txn.Abort()
 	if err := upsertAllocsTxn(txn, index, allocs); err != nil {
 		return err
 	}
-	txn.Commit()
+	s.commit(txn, index)
 	return nil
 }
 

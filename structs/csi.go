@@ -95,6 +95,21 @@ type CSIVolume struct {
 	CapacityMax int64
 	Capacity    int64
 
+	// SnapshotID or CloneID, at most one, is what a created volume was
+	// made from: a snapshot of the plugin's, or the external ID of a
+	// volume of the plugin's to copy. Only a create uses them; they are
+	// kept as a record and never change.
+	SnapshotID string
+	CloneID    string
+
+	// RequestedTopologies is the spec's topology_request, passed to the
+	// provider on create. Topologies is where the volume is accessible:
+	// what the provider answered on create, or the required topologies of
+	// a registration. Empty means everywhere. Claims are placed only on
+	// nodes inside one of them.
+	RequestedTopologies *CSITopologyRequest
+	Topologies          []*CSITopology
+
 	// Claims are keyed by allocation ID.
 	Claims map[string]*CSIVolumeClaim
 
@@ -200,6 +215,8 @@ func (v *CSIVolume) Copy() *CSIVolume {
 	c.Secrets = copyStringMap(v.Secrets)
 	c.Parameters = copyStringMap(v.Parameters)
 	c.Context = copyStringMap(v.Context)
+	c.RequestedTopologies = v.RequestedTopologies.Copy()
+	c.Topologies = CopyTopologies(v.Topologies)
 	c.Claims = make(map[string]*CSIVolumeClaim, len(v.Claims))
 	for id, cl := range v.Claims {
 		x := *cl

@@ -63,6 +63,8 @@ type ClientCSIControllerCreateVolumeRequest struct {
 	// SnapshotID or CloneID, at most one, name the content source.
 	SnapshotID string
 	CloneID    string
+	// Topologies is the spec's topology request, nil for none.
+	Topologies *CSITopologyRequest
 	CSIControllerQuery
 }
 
@@ -71,6 +73,8 @@ type ClientCSIControllerCreateVolumeResponse struct {
 	ExternalVolumeID string
 	CapacityBytes    int64
 	VolumeContext    map[string]string
+	// Topologies is where the provider made the volume accessible.
+	Topologies []*CSITopology
 }
 
 // ClientCSIControllerDeleteVolumeRequest asks a controller plugin to delete

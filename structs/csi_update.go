@@ -17,15 +17,20 @@ import (
 //   - namespace, plugin_id and external_id never change: they say which
 //     storage the volume is. To point an ID at other storage, deregister
 //     it (it must be unclaimed) and register again.
+//   - snapshot_id and clone_id, what a created volume was made from, never
+//     change; an update without them keeps the recorded ones.
 //   - parameters never change. They are what the provider made the volume
 //     with; a new value would describe a volume that does not exist. An
 //     update without parameters keeps the registered ones.
 //   - capacity, the size the provider reported, never shrinks (CSI cannot
 //     shrink a volume), claimed or not. An update without a capacity keeps
 //     the registered one. While the capacity is known, capacity_max may
-//     not be set below it, and capacity_min may not be raised above it:
-//     Roam does not expand volumes, and a bound the volume does not meet
-//     would be a false record. While it is unknown (0: a registered volume
+//     not be set below it, and capacity_min may not be recorded above
+//     it: a bound the volume does not meet would be a false record. A
+//     register or create that raises capacity_min above it expands the
+//     volume first (nomad/csi_volume_expand.go), through the plugin's
+//     lane, when the plugin supports expansion; what is then recorded
+//     carries the grown capacity. While it is unknown (0: a registered volume
 //     no provider has sized) the bounds only describe the volume and may
 //     change freely.
 //   - while the volume has claims (in any state: a claim being released
@@ -47,6 +52,17 @@ func (v *CSIVolume) InheritUnset(old *CSIVolume) {
 	}
 	if len(v.Parameters) == 0 {
 		v.Parameters = copyStringMap(old.Parameters)
+	}
+	// A register carries no source (see the sources' comment on
+	// CSIVolume): it keeps the one the volume was created from.
+	if v.SnapshotID == "" && v.CloneID == "" {
+		v.SnapshotID, v.CloneID = old.SnapshotID, old.CloneID
+	}
+	if len(v.Topologies) == 0 {
+		v.Topologies = CopyTopologies(old.Topologies)
+	}
+	if v.RequestedTopologies == nil {
+		v.RequestedTopologies = old.RequestedTopologies.Copy()
 	}
 }
 
@@ -73,6 +89,15 @@ func CheckCSIVolumeUpdate(old, next *CSIVolume) error {
 	if !maps.Equal(next.Parameters, old.Parameters) {
 		add("parameters cannot be changed from %v to %v", old.Parameters, next.Parameters)
 	}
+	if next.SnapshotID != old.SnapshotID {
+		add("snapshot_id cannot be changed from %q to %q: it is what the volume was created from", old.SnapshotID, next.SnapshotID)
+	}
+	if len(old.Topologies) > 0 && !TopologiesEqual(old.Topologies, next.Topologies) {
+		add("topologies cannot be changed from %s to %s: they say where the storage is", TopologiesString(old.Topologies), TopologiesString(next.Topologies))
+	}
+	if next.CloneID != old.CloneID {
+		add("clone_id cannot be changed from %q to %q: it is what the volume was created from", old.CloneID, next.CloneID)
+	}
 
 	if next.Capacity < old.Capacity {
 		add("capacity cannot shrink from %d to %d", old.Capacity, next.Capacity)
@@ -82,7 +107,7 @@ func CheckCSIVolumeUpdate(old, next *CSIVolume) error {
 			add("capacity_max %d is below the volume's capacity %d: a volume cannot shrink", next.CapacityMax, size)
 		}
 		if next.CapacityMin > size {
-			add("capacity_min %d is above the volume's capacity %d: volumes are not expanded", next.CapacityMin, size)
+			add("capacity_min %d is above the volume's capacity %d: the volume must be expanded first", next.CapacityMin, size)
 		}
 	}
 

@@ -74,6 +74,7 @@ var sentinelCodes = append(append([]sentinelCode{
 	sentinelCode{ErrWrongRegion, "wrong_region"},
 	sentinelCode{ErrAmbiguousPrefix, "ambiguous_prefix"},
 	sentinelCode{ErrJobTooLarge, "job_too_large"},
+	sentinelCode{ErrEventsDropped, "events_dropped"},
 	sentinelCode{ErrInvalidRequest, "invalid_request"},
 )
 

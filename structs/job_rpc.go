@@ -221,6 +221,9 @@ type NodeUpdateDrainRequest struct {
 	Evals []*Evaluation
 	// UpdatedAt is set by the server (Unix seconds).
 	UpdatedAt int64
+	// Complete is set by the drainer when it ends a drain that moved
+	// everything; a drain stopped otherwise was canceled.
+	Complete bool
 	WriteRequest
 }
 

@@ -62,6 +62,7 @@ type CSIControllerInfo struct {
 	SupportsListSnapshots  bool
 	SupportsExpand         bool
 	SupportsReadOnlyAttach bool
+	SupportsClone          bool
 }
 
 // CSINodeInfo is what a node instance reports of its node.
@@ -70,6 +71,9 @@ type CSINodeInfo struct {
 	ID                      string
 	MaxVolumes              int64
 	RequiresNodeStageVolume bool
+	// AccessibleTopology is where this node is (NodeGetInfo); nil when
+	// the plugin does not say.
+	AccessibleTopology *CSITopology `json:",omitempty"`
 }
 
 // Node is a client agent as the servers know it.
@@ -93,6 +97,9 @@ type Node struct {
 	// Nomad-shaped clients.
 	DrainStrategy *DrainStrategy
 	Drain         bool
+	// LastDrain describes the node's latest drain, running or ended; nil
+	// if it never drained. Nomad's API client reads it.
+	LastDrain *DrainMetadata
 	// StatusUpdatedAt is a Unix time in seconds, as in Nomad's API.
 	StatusUpdatedAt int64
 	CreateIndex     uint64
@@ -154,6 +161,11 @@ func (n *Node) Copy() *Node {
 		d := *n.DrainStrategy
 		c.DrainStrategy = &d
 	}
+	if n.LastDrain != nil {
+		ld := *n.LastDrain
+		ld.Meta = copyStringMap(n.LastDrain.Meta)
+		c.LastDrain = &ld
+	}
 	c.CSIControllerPlugins = copyCSIInfo(n.CSIControllerPlugins)
 	c.CSINodePlugins = copyCSIInfo(n.CSINodePlugins)
 	return &c
@@ -184,6 +196,7 @@ func (n *Node) Stub() *NodeListStub {
 		Version:               n.Attributes["roam.version"],
 		SchedulingEligibility: n.SchedulingEligibility,
 		Drain:                 n.DrainStrategy != nil,
+		LastDrain:             n.Copy().LastDrain,
 		Status:                n.Status,
 		StatusDescription:     n.StatusDescription,
 		Drivers:               n.Drivers,
@@ -202,6 +215,7 @@ type NodeListStub struct {
 	NodeClass             string
 	Version               string
 	Drain                 bool
+	LastDrain             *DrainMetadata `json:",omitempty"`
 	SchedulingEligibility string
 	Status                string
 	StatusDescription     string
@@ -248,6 +262,25 @@ type DrainSpec struct {
 	Deadline time.Duration
 	// IgnoreSystemJobs leaves system job allocations in place.
 	IgnoreSystemJobs bool
+}
+
+// Drain statuses of DrainMetadata, as Nomad names them.
+const (
+	DrainStatusDraining = "draining"
+	DrainStatusComplete = "complete"
+	DrainStatusCanceled = "canceled"
+)
+
+// DrainMetadata is a node's latest drain, in Nomad's shape.
+type DrainMetadata struct {
+	StartedAt time.Time
+	UpdatedAt time.Time
+	// Status is draining, complete (every allocation moved off) or
+	// canceled (an operator stopped it).
+	Status string
+	// AccessorID is the ACL token that started it; empty without ACLs.
+	AccessorID string
+	Meta       map[string]string
 }
 
 // DrainStrategy is a drain in progress.

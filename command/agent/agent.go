@@ -179,6 +179,10 @@ func (a *Agent) setupServer() error {
 	if c.Server.MaxRPCFrameBytes != 0 {
 		sc.RPCMaxFrameBytes = c.Server.MaxRPCFrameBytes
 	}
+	if n := c.Server.EventBufferSize; n < 0 || n > maxEventBufferSize {
+		return fmt.Errorf("server.event_buffer_size %d is outside 0..%d", n, maxEventBufferSize)
+	}
+	sc.EventBufferSize = c.Server.EventBufferSize
 	if c.Limits != nil {
 		sc.JobLimits = c.Limits.jobLimits()
 	}

@@ -117,7 +117,14 @@ type ServerConfig struct {
 	// ClientIntroTokens, when set, are the tokens a new node must show
 	// (its client intro_token) to register.
 	ClientIntroTokens []string `hcl:"client_intro_tokens,optional"`
+	// EventBufferSize is how many Raft indexes' events the server keeps
+	// for /v1/event/stream (nomad.DefaultEventBufferSize when 0, at most
+	// maxEventBufferSize).
+	EventBufferSize int `hcl:"event_buffer_size,optional"`
 }
+
+// maxEventBufferSize bounds server.event_buffer_size.
+const maxEventBufferSize = 1 << 20
 
 // ServerJoin is the server_join block.
 type ServerJoin struct {

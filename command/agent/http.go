@@ -36,6 +36,10 @@ type HTTPServer struct {
 	// prefix ending in "/") to its handlers by method.
 	routes map[string]map[string]handlerFunc
 
+	// eventHeartbeat is how often an idle event stream gets "{}"
+	// (defaultEventHeartbeat when 0; tests shorten it).
+	eventHeartbeat atomic.Int64
+
 	// shutdownCh is closed when Shutdown starts; requests still waiting on
 	// an RPC give up then instead of holding Shutdown up.
 	shutdownCh chan struct{}
@@ -91,7 +95,8 @@ func NewHTTPServer(a *Agent, ln net.Listener, logger hclog.Logger) *HTTPServer {
 			http.MethodGet: s.snapshotSave,
 			http.MethodPut: s.snapshotRestore,
 		},
-		"/v1/metrics": {http.MethodGet: s.metrics},
+		"/v1/metrics":   {http.MethodGet: s.metrics},
+		eventStreamPath: {http.MethodGet: s.eventStream},
 	}
 	s.addWorkloadRoutes()
 	s.addCSIRoutes()
@@ -324,6 +329,8 @@ func errorStatus(err error) (int, string) {
 	case errors.Is(err, structs.ErrNoLeader):
 		// Nomad's exact text: clients match on it to retry.
 		return http.StatusInternalServerError, "No cluster leader"
+	case errors.Is(err, structs.ErrEventsDropped):
+		return http.StatusGone, err.Error()
 	case errors.Is(err, structs.ErrPermissionDenied):
 		return http.StatusForbidden, err.Error()
 	case errors.Is(err, structs.ErrUnknownNode), errors.Is(err, structs.ErrNotFound):

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"sort"
+	"strconv"
 
 	"github.com/roamhq/roam/structs"
 )
@@ -26,6 +27,7 @@ func (s *HTTPServer) addCSIRoutes() {
 		http.MethodPost:   s.csiVolumeRegister,
 		http.MethodDelete: s.csiVolumeDeregister,
 	}
+	s.routes["/v1/volumes/external"] = map[string]handlerFunc{http.MethodGet: s.csiVolumesExternal}
 	s.routes["/v1/plugins"] = map[string]handlerFunc{http.MethodGet: s.csiPluginsList}
 	s.routes[csiPluginPathPrefix] = map[string]handlerFunc{http.MethodGet: s.csiPluginGet}
 }
@@ -77,8 +79,8 @@ type csiMountOptionsJSON struct {
 }
 
 // csiVolumeInput is a volume as Nomad's api.CSIVolumeRegisterRequest
-// carries it. Fields Roam has no use for (topologies, clone and snapshot
-// IDs, the read-only status fields Nomad's client echoes back) are ignored.
+// carries it. Fields Roam has no use for (topologies, the read-only status
+// fields Nomad's client echoes back) are ignored.
 type csiVolumeInput struct {
 	ID                    string
 	Name                  string
@@ -94,6 +96,9 @@ type csiVolumeInput struct {
 	RequestedCapacityMin  int64
 	RequestedCapacityMax  int64
 	RequestedCapabilities []*csiCapabilityJSON
+	SnapshotID            string
+	CloneID               string
+	RequestedTopologies   *structs.CSITopologyRequest
 }
 
 // csiVolumeRegisterBody is Nomad's api.CSIVolumeRegisterRequest.
@@ -107,6 +112,8 @@ func (in *csiVolumeInput) toStruct() *structs.CSIVolume {
 		ID: in.ID, Name: in.Name, Namespace: in.Namespace, ExternalID: in.ExternalID,
 		PluginID: in.PluginID, Secrets: in.Secrets, Parameters: in.Parameters, Context: in.Context,
 		CapacityMin: in.RequestedCapacityMin, CapacityMax: in.RequestedCapacityMax,
+		SnapshotID: in.SnapshotID, CloneID: in.CloneID,
+		RequestedTopologies: in.RequestedTopologies,
 	}
 	for _, c := range in.RequestedCapabilities {
 		if c != nil {
@@ -234,6 +241,10 @@ type csiVolumeView struct {
 	RequestedCapacityMin  int64
 	RequestedCapacityMax  int64
 	RequestedCapabilities []*csiCapabilityJSON
+	SnapshotID            string
+	CloneID               string
+	RequestedTopologies   *structs.CSITopologyRequest
+	Topologies            []*structs.CSITopology
 	ReadAllocs            map[string]*struct{}
 	WriteAllocs           map[string]*struct{}
 	Claims                []*csiClaimJSON
@@ -255,6 +266,8 @@ func newCSIVolumeView(v *structs.CSIVolume, p *structs.CSIPlugin) *csiVolumeView
 		PluginID: v.PluginID, Provider: v.Provider,
 		Parameters: v.Parameters, Context: v.Context, Capacity: v.Capacity,
 		RequestedCapacityMin: v.CapacityMin, RequestedCapacityMax: v.CapacityMax,
+		SnapshotID: v.SnapshotID, CloneID: v.CloneID,
+		RequestedTopologies: v.RequestedTopologies, Topologies: v.Topologies,
 		ReadAllocs: map[string]*struct{}{}, WriteAllocs: map[string]*struct{}{},
 		Claims:      []*csiClaimJSON{},
 		CreateIndex: v.CreateIndex, ModifyIndex: v.ModifyIndex,
@@ -360,5 +373,84 @@ func (s *HTTPServer) csiPluginGet(w http.ResponseWriter, r *http.Request) (any, 
 	if reply.Plugin == nil {
 		return nil, errNotFound("plugin")
 	}
-	return reply.Plugin, nil
+	return csiPluginView{CSIPlugin: reply.Plugin, Allocations: s.pluginAllocs(r, args.Region, reply.Plugin)}, nil
+}
+
+// csiPluginView is a plugin with its instances' allocations, as Nomad's
+// api.CSIPlugin has them.
+type csiPluginView struct {
+	*structs.CSIPlugin
+	Allocations []*structs.AllocListStub
+}
+
+// pluginAllocs reads the allocations of p's instances that run as tasks,
+// by ID order. One that cannot be read (gone meanwhile) is left out: it
+// only decorates the answer.
+func (s *HTTPServer) pluginAllocs(r *http.Request, region string, p *structs.CSIPlugin) []*structs.AllocListStub {
+	ids := map[string]bool{}
+	for _, m := range []map[string]*structs.CSIInfo{p.Controllers, p.Nodes} {
+		for _, info := range m {
+			if info != nil && info.AllocID != "" {
+				ids[info.AllocID] = true
+			}
+		}
+	}
+	out := []*structs.AllocListStub{}
+	for _, id := range sortedKeys(ids) {
+		args := structs.AllocSpecificRequest{AllocID: id}
+		args.Region = region
+		var reply structs.SingleAllocResponse
+		if err := s.rpc(r, "Alloc.GetAlloc", &args, &reply); err != nil || reply.Alloc == nil {
+			continue
+		}
+		out = append(out, reply.Alloc.Stub())
+	}
+	return out
+}
+
+// sortedKeys returns m's keys in order.
+func sortedKeys(m map[string]bool) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// csiVolumesExternalReply is Nomad's api.CSIVolumeListExternalResponse.
+type csiVolumesExternalReply struct {
+	Volumes   []*structs.CSIVolumeExternalStub
+	NextToken string
+}
+
+// csiVolumesExternal answers GET /v1/volumes/external?plugin_id=ID
+// [&per_page=N][&next_token=T]: one page of the volumes the plugin's
+// storage provider has, registered or not (CSI ListVolumes).
+func (s *HTTPServer) csiVolumesExternal(w http.ResponseWriter, r *http.Request) (any, error) {
+	q := r.URL.Query()
+	args := structs.CSIVolumeExternalListRequest{PluginID: q.Get("plugin_id"), NextToken: q.Get("next_token")}
+	if args.PluginID == "" {
+		return nil, badRequest("Missing plugin_id")
+	}
+	if raw := q.Get("per_page"); raw != "" {
+		n, err := strconv.ParseInt(raw, 10, 32)
+		if err != nil || n < 0 || n > structs.MaxExternalPerPage {
+			return nil, badRequest("Invalid per_page %q: must be a whole number from 0 to %d", raw, structs.MaxExternalPerPage)
+		}
+		args.PerPage = int32(n)
+	}
+	if err := s.parseQuery(r, &args.QueryOptions); err != nil {
+		return nil, err
+	}
+	var reply structs.CSIVolumeExternalListResponse
+	if err := s.rpc(r, "CSIVolume.ListExternal", &args, &reply); err != nil {
+		return nil, err
+	}
+	setMeta(w, reply.QueryMeta)
+	out := csiVolumesExternalReply{Volumes: reply.Volumes, NextToken: reply.NextToken}
+	if out.Volumes == nil {
+		out.Volumes = []*structs.CSIVolumeExternalStub{}
+	}
+	return out, nil
 }

@@ -26,6 +26,10 @@ func (s *HTTPServer) addCSICreateRoutes() {
 		http.MethodDelete: s.csiVolumeDetach,
 		http.MethodPut:    s.csiVolumeDetach,
 	}
+	s.routes[subRoute(csiVolumePathPrefix, "expand")] = map[string]handlerFunc{
+		http.MethodPut:  s.csiVolumeExpand,
+		http.MethodPost: s.csiVolumeExpand,
+	}
 	s.routes[csiSnapshotPath] = map[string]handlerFunc{
 		http.MethodPut:    s.csiSnapshotCreate,
 		http.MethodPost:   s.csiSnapshotCreate,
@@ -231,4 +235,45 @@ func (s *HTTPServer) csiSnapshotList(w http.ResponseWriter, r *http.Request) (an
 		}
 	}
 	return out, nil
+}
+
+// csiVolumeExpandBody is the body of PUT /v1/volume/csi/:id/expand, a
+// Roam route (Nomad expands only by a register or create again).
+type csiVolumeExpandBody struct {
+	RequestedCapacityMin int64
+	RequestedCapacityMax int64
+}
+
+// csiVolumeExpand answers PUT/POST /v1/volume/csi/:id/expand: the volume
+// grows to at least RequestedCapacityMin bytes, at the controller and on
+// every node where it is mounted. A size below its capacity is a 400.
+func (s *HTTPServer) csiVolumeExpand(w http.ResponseWriter, r *http.Request) (any, error) {
+	body, err := readBody(r, maxVolumeBody)
+	if err != nil {
+		return nil, err
+	}
+	var in csiVolumeExpandBody
+	if err := json.Unmarshal(body, &in); err != nil {
+		return nil, badRequest("Failed to decode volume expand request: %v", err)
+	}
+	if in.RequestedCapacityMin <= 0 {
+		return nil, badRequest("RequestedCapacityMin must be above 0")
+	}
+	args := structs.CSIVolumeExpandRequest{
+		VolumeID: pathID(r, csiVolumePathPrefix), CapacityMin: in.RequestedCapacityMin, CapacityMax: in.RequestedCapacityMax,
+	}
+	s.parseWrite(r, &args.WriteRequest)
+	var reply structs.CSIVolumeExpandResponse
+	if err := s.rpc(r, "CSIVolume.Expand", &args, &reply); err != nil {
+		return nil, err
+	}
+	setIndex(w, reply.Index)
+	var p *structs.CSIPlugin
+	pargs := structs.CSIPluginGetRequest{ID: reply.Volume.PluginID}
+	pargs.Region = args.Region
+	var preply structs.CSIPluginGetResponse
+	if err := s.rpc(r, "CSIPlugin.Get", &pargs, &preply); err == nil {
+		p = preply.Plugin
+	}
+	return newCSIVolumeView(reply.Volume, p), nil
 }

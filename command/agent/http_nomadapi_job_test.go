@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -115,4 +116,41 @@ func TestNomadAPI_NodeDrainAndEligibility(t *testing.T) {
 
 	_, err = c.Nodes().UpdateDrain("ffffffff-0000-0000-0000-000000000000", &nomadapi.DrainSpec{Deadline: -1}, false, nil)
 	must.ErrorContains(t, err, "404")
+}
+
+// TestNomadAPI_LastDrain: Nomad's client reads LastDrain from the node
+// and its list stub. The dev node has nothing to move, so the drainer
+// ends its drain at once, as complete. (draining and canceled are
+// checked at the state store: TestStateStore_LastDrain.)
+func TestNomadAPI_LastDrain(t *testing.T) {
+	t.Parallel()
+	a := newDevAgent(t)
+	c := newNomadClient(t, a)
+	nodeID := a.Client().NodeID()
+	node, _, err := c.Nodes().Info(nodeID, nil)
+	must.NoError(t, err)
+	must.Nil(t, node.LastDrain)
+
+	before := time.Now().Add(-time.Second)
+	_, err = c.Nodes().UpdateDrain(nodeID, &nomadapi.DrainSpec{Deadline: time.Hour, IgnoreSystemJobs: true}, false, nil)
+	must.NoError(t, err)
+	must.Wait(t, wait.InitialSuccess(wait.ErrorFunc(func() error {
+		node, _, err := c.Nodes().Info(nodeID, nil)
+		if err != nil {
+			return err
+		}
+		if node.LastDrain == nil || node.LastDrain.Status != nomadapi.DrainStatusComplete {
+			return fmt.Errorf("last drain %+v", node.LastDrain)
+		}
+		return nil
+	}), wait.Timeout(30*time.Second), wait.Gap(50*time.Millisecond)))
+	node, _, err = c.Nodes().Info(nodeID, nil)
+	must.NoError(t, err)
+	must.False(t, node.LastDrain.StartedAt.Before(before))
+	must.False(t, node.LastDrain.UpdatedAt.Before(node.LastDrain.StartedAt))
+	stubs, _, err := c.Nodes().List(nil)
+	must.NoError(t, err)
+	must.SliceLen(t, 1, stubs)
+	must.NotNil(t, stubs[0].LastDrain)
+	must.EqOp(t, nomadapi.DrainStatusComplete, stubs[0].LastDrain.Status)
 }

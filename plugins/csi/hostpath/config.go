@@ -66,6 +66,11 @@ type Config struct {
 	// volumes that may be attached to it at once. It is reported by
 	// NodeGetInfo. Zero means no limit.
 	MaxVolumesPerNode int64
+	// Zone, when set, puts this node in a zone: NodeGetInfo reports the
+	// topology {TopologyZoneKey: Zone}, the plugin advertises
+	// VOLUME_ACCESSIBILITY_CONSTRAINTS, and a volume created with a
+	// topology requirement lives in one zone, attachable only from there.
+	Zone string
 
 	// Logger receives the plugin's logs. Nil discards them.
 	Logger hclog.Logger
@@ -110,6 +115,9 @@ func (c *Config) Validate() error {
 	}
 	if c.PublishLatency < 0 {
 		return fmt.Errorf("%w: publish latency %s is negative", ErrInvalidConfig, c.PublishLatency)
+	}
+	if len(c.Zone) > 63 || strings.ContainsAny(c.Zone, "\x00\n") {
+		return fmt.Errorf("%w: zone %.70q must be at most 63 bytes on one line", ErrInvalidConfig, c.Zone)
 	}
 	if c.MaxVolumesPerNode < 0 {
 		return fmt.Errorf("%w: max volumes per node %d is negative", ErrInvalidConfig, c.MaxVolumesPerNode)

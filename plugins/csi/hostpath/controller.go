@@ -46,6 +46,7 @@ func (s *controllerServer) ControllerGetCapabilities(context.Context, *csi.Contr
 		csi.ControllerServiceCapability_RPC_PUBLISH_READONLY,
 		csi.ControllerServiceCapability_RPC_EXPAND_VOLUME,
 		csi.ControllerServiceCapability_RPC_SINGLE_NODE_MULTI_WRITER,
+		csi.ControllerServiceCapability_RPC_CLONE_VOLUME,
 	}
 	resp := &csi.ControllerGetCapabilitiesResponse{}
 	for _, t := range types {
@@ -103,7 +104,7 @@ func (s *controllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolu
 	if err != nil {
 		return nil, err
 	}
-	var sourceSnapshot string
+	var sourceSnapshot, sourceVolume string
 	if src := req.GetVolumeContentSource(); src != nil {
 		switch {
 		case src.GetSnapshot() != nil:
@@ -111,10 +112,16 @@ func (s *controllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolu
 				return nil, status.Error(codes.InvalidArgument, "content source snapshot ID is empty")
 			}
 		case src.GetVolume() != nil:
-			return nil, status.Error(codes.InvalidArgument, "cloning volumes is not supported")
+			if sourceVolume = src.GetVolume().GetVolumeId(); sourceVolume == "" {
+				return nil, status.Error(codes.InvalidArgument, "content source volume ID is empty")
+			}
 		default:
 			return nil, status.Error(codes.InvalidArgument, "unknown content source")
 		}
+	}
+	zone, err := chooseZone(req.GetAccessibilityRequirements())
+	if err != nil {
+		return nil, err
 	}
 	id, err := newID("vol-")
 	if err != nil {
@@ -129,7 +136,8 @@ func (s *controllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolu
 				continue
 			}
 			if v.CapacityBytes < size || (limit > 0 && v.CapacityBytes > limit) ||
-				v.SourceSnapshotID != sourceSnapshot || !maps.Equal(v.Parameters, req.GetParameters()) {
+				v.SourceSnapshotID != sourceSnapshot || v.SourceVolumeID != sourceVolume || v.Zone != zone ||
+				!maps.Equal(v.Parameters, req.GetParameters()) {
 				return status.Errorf(codes.AlreadyExists, "volume %q exists as %s with a different size, source or parameters", v.Name, v.ID)
 			}
 			vol = *v
@@ -163,6 +171,29 @@ func (s *controllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolu
 			if err := s.p.store.inStateDir(func(root *os.Root) error { return replaceTree(root, snapDir, dir) }); err != nil {
 				return fmt.Errorf("restoring snapshot %s: %w", snap.ID, err)
 			}
+		} else if sourceVolume != "" {
+			src := st.Volumes[sourceVolume]
+			if src == nil {
+				return status.Errorf(codes.NotFound, "source volume %q not found", sourceVolume)
+			}
+			if size < src.CapacityBytes {
+				if limit > 0 && limit < src.CapacityBytes {
+					return status.Errorf(codes.OutOfRange, "source volume %s is %d bytes, over the limit %d", src.ID, src.CapacityBytes, limit)
+				}
+				size = src.CapacityBytes
+				if used := usedCapacity(st); used+size > totalCapacity {
+					return status.Errorf(codes.OutOfRange, "size %d exceeds the %d bytes left", size, totalCapacity-used)
+				}
+			}
+			srcDir, err := volumeName(src.ID)
+			if err != nil {
+				return err
+			}
+			// The copy is taken under the state lock, like a snapshot: a
+			// consistent point in time for this simulated provider.
+			if err := s.p.store.inStateDir(func(root *os.Root) error { return replaceTree(root, srcDir, dir) }); err != nil {
+				return fmt.Errorf("cloning volume %s: %w", src.ID, err)
+			}
 		} else if err := s.p.store.inStateDir(func(root *os.Root) error { return root.MkdirAll(dir, 0o777) }); err != nil {
 			return fmt.Errorf("creating volume dir: %w", err)
 		}
@@ -172,6 +203,8 @@ func (s *controllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolu
 			CapacityBytes:    size,
 			Parameters:       req.GetParameters(),
 			SourceSnapshotID: sourceSnapshot,
+			SourceVolumeID:   sourceVolume,
+			Zone:             zone,
 			CreatedAt:        time.Now().UTC(),
 		}
 		st.Volumes[id] = &vol
@@ -190,9 +223,17 @@ func (s *controllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolu
 // csiVolume is the CSI form of a stored volume.
 func csiVolume(v *volume) *csi.Volume {
 	out := &csi.Volume{VolumeId: v.ID, CapacityBytes: v.CapacityBytes}
-	if v.SourceSnapshotID != "" {
+	if v.Zone != "" {
+		out.AccessibleTopology = []*csi.Topology{{Segments: map[string]string{TopologyZoneKey: v.Zone}}}
+	}
+	switch {
+	case v.SourceSnapshotID != "":
 		out.ContentSource = &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Snapshot{
 			Snapshot: &csi.VolumeContentSource_SnapshotSource{SnapshotId: v.SourceSnapshotID},
+		}}
+	case v.SourceVolumeID != "":
+		out.ContentSource = &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Volume{
+			Volume: &csi.VolumeContentSource_VolumeSource{VolumeId: v.SourceVolumeID},
 		}}
 	}
 	return out
@@ -296,6 +337,11 @@ func (s *controllerServer) ControllerPublishVolume(ctx context.Context, req *csi
 				return status.Errorf(codes.FailedPrecondition,
 					"volume %s is attached to node %s in mode %s", volID, otherID, a.AccessMode)
 			}
+		}
+		if v := st.Volumes[volID]; v.Zone != "" && n.Zone != v.Zone {
+			// A zonal disk attaches only to machines in its zone.
+			return status.Errorf(codes.FailedPrecondition, "volume %s lives in zone %q; node %s is in zone %q",
+				volID, v.Zone, nodeID, n.Zone)
 		}
 		if n.MaxVolumes > 0 && int64(len(n.Attachments)) >= n.MaxVolumes {
 			return status.Errorf(codes.ResourceExhausted,
@@ -479,5 +525,7 @@ func (s *controllerServer) ControllerExpandVolume(ctx context.Context, req *csi.
 		return nil, err
 	}
 	s.p.logger.Info("expanded volume", "volume_id", id, "capacity_bytes", capacity)
-	return &csi.ControllerExpandVolumeResponse{CapacityBytes: capacity}, nil
+	// Like a block device with a file system on it: the device grew, and
+	// the node where it is mounted grows the file system (NodeExpandVolume).
+	return &csi.ControllerExpandVolumeResponse{CapacityBytes: capacity, NodeExpansionRequired: true}, nil
 }

@@ -27,7 +27,8 @@
 //	{
 //	  "version": 1,
 //	  "volumes":   {"<id>": {"id", "name", "capacity_bytes", "parameters",
-//	                          "source_snapshot_id", "created_at"}},
+//	                          "source_snapshot_id", "source_volume_id",
+//	                          "created_at"}},
 //	  "snapshots": {"<id>": {"id", "name", "source_volume_id", "size_bytes",
 //	                          "created_at"}},
 //	  "nodes": {"<node-id>": {
@@ -82,6 +83,23 @@
 // (see paths.go).
 // The readonly flag is recorded, and must match on a repeated publish, but is
 // not enforced on the data.
+//
+// # Sizes, expansion, restore and clone
+//
+// A volume's capacity_bytes is its device's size; the pool is 1 TiB and no
+// space is reserved on disk. A directory has no size, so the plugin writes
+// the size of the volume's simulated file system to .roam-fs-size at the
+// root of its data (FSSizeFile): NodeStageVolume and NodeExpandVolume set
+// it to the device's size, and nothing else changes it.
+// ControllerExpandVolume grows the device only and answers
+// node_expansion_required, so a task sees a new size only once its node
+// has grown the file system, as with a real disk. NodeExpandVolume needs
+// the volume published (or staged) at volume_path on this node.
+//
+// CreateVolume restores a snapshot (a copy of the snapshot's data) or
+// clones a volume (CLONE_VOLUME: a copy of the source volume's data, taken
+// under the state lock) into the new volume, which is at least as large
+// as its source.
 //
 // # Overlap and call records
 //

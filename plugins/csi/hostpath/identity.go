@@ -39,6 +39,11 @@ func (s *identityServer) GetPluginCapabilities(context.Context, *csi.GetPluginCa
 			}},
 		)
 	}
+	if s.p.cfg.Zone != "" {
+		resp.Capabilities = append(resp.Capabilities, &csi.PluginCapability{Type: &csi.PluginCapability_Service_{
+			Service: &csi.PluginCapability_Service{Type: csi.PluginCapability_Service_VOLUME_ACCESSIBILITY_CONSTRAINTS},
+		}})
+	}
 	return resp, nil
 }
 

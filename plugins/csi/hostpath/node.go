@@ -24,10 +24,14 @@ type nodeServer struct {
 var _ csi.NodeServer = (*nodeServer)(nil)
 
 func (s *nodeServer) NodeGetInfo(context.Context, *csi.NodeGetInfoRequest) (*csi.NodeGetInfoResponse, error) {
-	return &csi.NodeGetInfoResponse{
+	resp := &csi.NodeGetInfoResponse{
 		NodeId:            s.p.cfg.NodeID,
 		MaxVolumesPerNode: s.p.cfg.MaxVolumesPerNode,
-	}, nil
+	}
+	if s.p.cfg.Zone != "" {
+		resp.AccessibleTopology = &csi.Topology{Segments: map[string]string{TopologyZoneKey: s.p.cfg.Zone}}
+	}
+	return resp, nil
 }
 
 func (s *nodeServer) NodeGetCapabilities(context.Context, *csi.NodeGetCapabilitiesRequest) (*csi.NodeGetCapabilitiesResponse, error) {
@@ -35,6 +39,7 @@ func (s *nodeServer) NodeGetCapabilities(context.Context, *csi.NodeGetCapabiliti
 	for _, t := range []csi.NodeServiceCapability_RPC_Type{
 		csi.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME,
 		csi.NodeServiceCapability_RPC_SINGLE_NODE_MULTI_WRITER,
+		csi.NodeServiceCapability_RPC_EXPAND_VOLUME,
 	} {
 		resp.Capabilities = append(resp.Capabilities, &csi.NodeServiceCapability{
 			Type: &csi.NodeServiceCapability_Rpc{Rpc: &csi.NodeServiceCapability_RPC{Type: t}},
@@ -90,7 +95,9 @@ func (s *nodeServer) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolu
 			return status.Errorf(codes.FailedPrecondition, "volume %s is already staged at %s", id, staged)
 		}
 		n.Staged[id] = path
-		return nil
+		// Staging mounts the file system, grown to the device's size as a
+		// node plugin does when it stages a volume expanded meanwhile.
+		return s.p.store.writeFSSize(st.Volumes[id])
 	})
 	if err != nil {
 		return nil, err

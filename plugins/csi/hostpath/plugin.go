@@ -246,6 +246,7 @@ func (p *Plugin) registerNode() error {
 			st.Nodes[p.cfg.NodeID] = n
 		}
 		n.MaxVolumes = p.cfg.MaxVolumesPerNode
+		n.Zone = p.cfg.Zone
 		n.RegisteredAt = time.Now().UTC()
 		return nil
 	})

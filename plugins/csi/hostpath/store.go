@@ -37,7 +37,10 @@ type volume struct {
 	CapacityBytes    int64             `json:"capacity_bytes"`
 	Parameters       map[string]string `json:"parameters,omitempty"`
 	SourceSnapshotID string            `json:"source_snapshot_id,omitempty"`
-	CreatedAt        time.Time         `json:"created_at"`
+	SourceVolumeID   string            `json:"source_volume_id,omitempty"`
+	// Zone is the zone the volume lives in; empty is every zone.
+	Zone      string    `json:"zone,omitempty"`
+	CreatedAt time.Time `json:"created_at"`
 }
 
 // snapshot is a point-in-time copy of a volume's data.
@@ -54,6 +57,7 @@ type snapshot struct {
 type node struct {
 	ID           string    `json:"id"`
 	MaxVolumes   int64     `json:"max_volumes_per_node"`
+	Zone         string    `json:"zone,omitempty"`
 	RegisteredAt time.Time `json:"registered_at"`
 
 	// Attachments maps volume ID to the controller-side attachment.
