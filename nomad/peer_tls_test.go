@@ -427,3 +427,43 @@ func TestTLS_ConnLimitsHold(t *testing.T) {
 		must.EqOp(t, limit, srv.connLimiter.Open("127.0.0.1"))
 	})
 }
+
+// A node holds a client certificate; that must not make it an operator
+// of Raft. In a session, a client certificate can neither change the Raft
+// configuration nor take a snapshot, which holds every node's secret
+// (with it, a node could act for any other) and, restored, replaces all
+// state.
+func TestTLS_ClientCertCannotCallOperatorRPCs(t *testing.T) {
+	certs := tlstest.Write(t, structs.DefaultRegion)
+	srv, _ := tlsServer(t, certs)
+	victim := testNode("victim")
+	registerNode(t, srv, victim)
+	before := raftStateOf(t, srv)
+
+	c := sessionRPC(t, tlsSession(t, srv, certs, certs.Client))
+	calls := map[string][2]any{
+		"Operator.RaftRemovePeerByID": {&structs.RaftPeerRequest{ID: srv.ID()}, &structs.GenericResponse{}},
+		"Operator.TransferLeadership": {&structs.TransferLeadershipRequest{}, &structs.TransferLeadershipResponse{}},
+		"Operator.SnapshotSave":       {&structs.SnapshotSaveRequest{}, &structs.SnapshotSaveResponse{}},
+		"Operator.SnapshotRead":       {&structs.SnapshotChunkRequest{ID: "x"}, &structs.SnapshotChunkResponse{}},
+		"Operator.SnapshotUpload":     {&structs.SnapshotUploadRequest{Data: []byte("x")}, &structs.SnapshotUploadResponse{}},
+		"Operator.SnapshotRestore":    {&structs.SnapshotRestoreRequest{ID: "x"}, &structs.SnapshotRestoreResponse{}},
+	}
+	for method, ar := range calls {
+		t.Run(method, func(t *testing.T) {
+			err := structs.FromRPCError(c.Call(method, ar[0], ar[1]))
+			if save, ok := ar[1].(*structs.SnapshotSaveResponse); ok && save.ID != "" {
+				var chunk structs.SnapshotChunkResponse
+				if c.Call("Operator.SnapshotRead", &structs.SnapshotChunkRequest{ID: save.ID}, &chunk) == nil &&
+					strings.Contains(string(chunk.Data), victim.SecretID) {
+					t.Errorf("a client certificate read node %s's secret from a snapshot", victim.ID)
+				}
+			}
+			must.ErrorIs(t, err, structs.ErrPermissionDenied, must.Sprint(method))
+			must.StrContains(t, err.Error(), method+" is a server-only rpc and the caller's certificate is a client certificate")
+		})
+	}
+	requireCallsWork(t, c)
+	must.Eq(t, before, raftStateOf(t, srv))
+	must.True(t, srv.IsLeader())
+}
