@@ -99,6 +99,17 @@ func TestTLS_ConfigNamesMissingFiles(t *testing.T) {
 	must.StrContains(t, err.Error(), "tls.cert_file, tls.key_file must be set")
 }
 
+// verify_server_hostname without tls.rpc left every server's RPC port
+// refusing every peer, clients and servers alike, with a log that blamed
+// their certificates; the agent now refuses the config and says why.
+func TestTLS_ConfigVerifyNeedsItsListener(t *testing.T) {
+	c := DevConfig()
+	c.TLS = &TLSConfig{HTTP: true, CAFile: "ca.pem", CertFile: "c.pem", KeyFile: "k.pem", VerifyServerHostname: true}
+	must.ErrorContains(t, c.Validate(), "tls.verify_server_hostname needs tls.rpc = true")
+	c.TLS = &TLSConfig{RPC: true, CAFile: "ca.pem", CertFile: "c.pem", KeyFile: "k.pem", VerifyHTTPSClient: true}
+	must.ErrorContains(t, c.Validate(), "tls.verify_https_client needs tls.http = true")
+}
+
 func TestTLS_ParseBlock(t *testing.T) {
 	c, err := ParseConfig("tls.hcl", []byte(`
 tls {
