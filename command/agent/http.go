@@ -82,14 +82,14 @@ func NewHTTPServer(a *Agent, ln net.Listener, logger hclog.Logger) *HTTPServer {
 		"/v1/nodes":                       {http.MethodGet: s.nodesList},
 		nodePathPrefix:                    {http.MethodGet: s.nodeGet},
 		"/v1/operator/raft/configuration": {http.MethodGet: s.raftConfiguration},
-		"/v1/operator/raft/peer":          {http.MethodDelete: s.raftRemovePeer},
+		"/v1/operator/raft/peer":          {http.MethodDelete: notClientCert(s.raftRemovePeer)},
 		"/v1/operator/raft/transfer-leadership": {
-			http.MethodPut:  s.raftTransferLeadership,
-			http.MethodPost: s.raftTransferLeadership,
+			http.MethodPut:  notClientCert(s.raftTransferLeadership),
+			http.MethodPost: notClientCert(s.raftTransferLeadership),
 		},
 		"/v1/operator/snapshot": {
-			http.MethodGet: s.snapshotSave,
-			http.MethodPut: s.snapshotRestore,
+			http.MethodGet: notClientCert(s.snapshotSave),
+			http.MethodPut: notClientCert(s.snapshotRestore),
 		},
 		"/v1/metrics": {http.MethodGet: s.metrics},
 	}
