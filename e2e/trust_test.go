@@ -50,14 +50,20 @@ type trustEnv struct {
 	jobID    string
 }
 
-func startTrustEnv(t *testing.T) *trustEnv {
-	cc := startCSICluster(t, csiOpts{
+// startTrustEnv starts the trust cluster; more, when given, changes its
+// options (adds TLS).
+func startTrustEnv(t *testing.T, more ...func(*csiOpts)) *trustEnv {
+	opts := csiOpts{
 		Servers: 1, Clients: 1,
 		ServerConfigExtra: fmt.Sprintf("server {\n  client_intro_tokens = [%q]\n}\n", trustIntroToken),
 		// The HTTP address the node reports is one where nothing answers:
 		// log requests must not go there.
 		ClientConfigExtra: fmt.Sprintf("client {\n  intro_token = %q\n}\nadvertise {\n  http = \"127.0.0.1:1\"\n}\n", trustIntroToken),
-	})
+	}
+	for _, f := range more {
+		f(&opts)
+	}
+	cc := startCSICluster(t, opts)
 	e := &trustEnv{
 		cc:       cc,
 		server:   cc.Servers[0],

@@ -181,12 +181,24 @@ func (s *Server) requireSessionPeer(conn net.Conn, peer connPeer) bool {
 	return false
 }
 
-// serverOnlyMethods are the RPCs that only servers call, on each other:
-// joining, and finding and reaching a node's session on another server.
+// serverOnlyMethods are the RPCs a client certificate may not call in its
+// session: those only servers call, on each other (joining, and finding
+// and reaching a node's session on another server), and the operator's
+// Raft and snapshot RPCs. A snapshot holds every node's secret, and a
+// restore replaces all state, so a node holding one would act for every
+// other node; an operator reaches these through a server agent's HTTP API
+// (in process) or with a server certificate, never through a client's
+// session.
 var serverOnlyMethods = map[string]bool{
-	"Status.Join":        true,
-	"Status.HasNodeConn": true,
-	"ClientRPC.Forward":  true,
+	"Status.Join":                 true,
+	"Status.HasNodeConn":          true,
+	"ClientRPC.Forward":           true,
+	"Operator.RaftRemovePeerByID": true,
+	"Operator.TransferLeadership": true,
+	"Operator.SnapshotSave":       true,
+	"Operator.SnapshotRead":       true,
+	"Operator.SnapshotUpload":     true,
+	"Operator.SnapshotRestore":    true,
 }
 
 // methodGuard returns the check a session's RPC stream applies to each

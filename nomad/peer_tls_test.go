@@ -427,3 +427,142 @@ func TestTLS_ConnLimitsHold(t *testing.T) {
 		must.EqOp(t, limit, srv.connLimiter.Open("127.0.0.1"))
 	})
 }
+
+// A node holds a client certificate; that must not make it an operator
+// of Raft. In a session, a client certificate can neither change the Raft
+// configuration nor take a snapshot, which holds every node's secret
+// (with it, a node could act for any other) and, restored, replaces all
+// state.
+func TestTLS_ClientCertCannotCallOperatorRPCs(t *testing.T) {
+	certs := tlstest.Write(t, structs.DefaultRegion)
+	srv, _ := tlsServer(t, certs)
+	victim := testNode("victim")
+	registerNode(t, srv, victim)
+	before := raftStateOf(t, srv)
+
+	c := sessionRPC(t, tlsSession(t, srv, certs, certs.Client))
+	calls := map[string][2]any{
+		"Operator.RaftRemovePeerByID": {&structs.RaftPeerRequest{ID: srv.ID()}, &structs.GenericResponse{}},
+		"Operator.TransferLeadership": {&structs.TransferLeadershipRequest{}, &structs.TransferLeadershipResponse{}},
+		"Operator.SnapshotSave":       {&structs.SnapshotSaveRequest{}, &structs.SnapshotSaveResponse{}},
+		"Operator.SnapshotRead":       {&structs.SnapshotChunkRequest{ID: "x"}, &structs.SnapshotChunkResponse{}},
+		"Operator.SnapshotUpload":     {&structs.SnapshotUploadRequest{Data: []byte("x")}, &structs.SnapshotUploadResponse{}},
+		"Operator.SnapshotRestore":    {&structs.SnapshotRestoreRequest{ID: "x"}, &structs.SnapshotRestoreResponse{}},
+	}
+	for method, ar := range calls {
+		t.Run(method, func(t *testing.T) {
+			err := structs.FromRPCError(c.Call(method, ar[0], ar[1]))
+			if save, ok := ar[1].(*structs.SnapshotSaveResponse); ok && save.ID != "" {
+				var chunk structs.SnapshotChunkResponse
+				if c.Call("Operator.SnapshotRead", &structs.SnapshotChunkRequest{ID: save.ID}, &chunk) == nil &&
+					strings.Contains(string(chunk.Data), victim.SecretID) {
+					t.Errorf("a client certificate read node %s's secret from a snapshot", victim.ID)
+				}
+			}
+			must.ErrorIs(t, err, structs.ErrPermissionDenied, must.Sprint(method))
+			must.StrContains(t, err.Error(), method+" is a server-only rpc and the caller's certificate is a client certificate")
+		})
+	}
+	requireCallsWork(t, c)
+	must.Eq(t, before, raftStateOf(t, srv))
+	must.True(t, srv.IsLeader())
+}
+
+// With TLS but without verify_server_hostname a certificate says nothing
+// about its holder's role, so the checks that hold without TLS must hold
+// here: a client certificate, on a connection outside a session or in
+// one, cannot join, relay to a node, speak Raft under a made-up header,
+// or register a new node without an intro token.
+func TestTLS_WithoutVerifyServerHostnameTrustChecksHold(t *testing.T) {
+	certs := tlstest.Write(t, structs.DefaultRegion)
+	logs := &syncBuffer{}
+	srv := testServer(t, func(c *Config) {
+		withLongHeartbeats(c)
+		c.Region = certs.Region
+		tc := certs.Config(certs.Server, false)
+		tc.VerifyServerHostname = false
+		c.TLS = mustConfigurator(t, tc)
+		c.ClientIntroTokens = []string{"intro-1"}
+		c.Logger = hclog.New(&hclog.LoggerOptions{Name: "tls", Level: hclog.Info, Output: logs})
+	})
+	waitForLeaderDuties(t, srv)
+	victim := testNode("victim")
+	must.NoError(t, srv.RPC("Node.Register", &structs.NodeRegisterRequest{Node: victim, IntroToken: "intro-1"},
+		&structs.NodeUpdateResponse{}))
+	before := raftStateOf(t, srv)
+	noVerify := func(p tlstest.Pair) *tls.Config {
+		tc := certs.Config(p, false)
+		tc.VerifyServerHostname = false
+		return mustConfigurator(t, tc).OutgoingRPCConfig()
+	}
+	join := &structs.ServerJoinRequest{Member: structs.ServerMember{
+		ID: "00000000-0000-0000-0000-00000000beef", Name: "rogue", Addr: "127.0.0.1:1",
+		Region: structs.DefaultRegion, Datacenter: "dc1", Status: structs.MemberAlive, Voter: true,
+	}}
+	relay := &structs.ClientRPCForwardRequest{NodeID: victim.ID, Method: "ClientCSI.ControllerDeleteVolume"}
+	rogue := &structs.NodeRegisterRequest{Node: testNode("rogue")}
+
+	conn, err := dialTLS(t, srv, noVerify(certs.Client), structs.RPCNomad)
+	must.NoError(t, err)
+	out := rpcClientOn(t, conn)
+	raw, err := net.DialTimeout("tcp", srv.Addr(), closeWait)
+	must.NoError(t, err)
+	sconn, err := tlsutil.WrapClient(raw, structs.RPCTLS, noVerify(certs.Client), closeWait)
+	must.NoError(t, err)
+	_, err = sconn.Write([]byte{structs.RPCMultiplex})
+	must.NoError(t, err)
+	ycfg := yamux.DefaultConfig()
+	ycfg.LogOutput = io.Discard
+	session, err := yamux.Client(sconn, ycfg)
+	must.NoError(t, err)
+	t.Cleanup(func() { _ = session.Close() })
+	in := sessionRPC(t, session)
+	// The victim's own session, so that a relay to it gets as far as the
+	// check of who is relaying.
+	vs := sessionRPC(t, tlsSession(t, srv, certs, certs.Client))
+	must.NoError(t, vs.Call("Node.UpdateStatus", &structs.NodeUpdateStatusRequest{NodeID: victim.ID,
+		Status: structs.NodeStatusReady, WriteRequest: structs.WriteRequest{AuthToken: victim.SecretID}},
+		&structs.NodeUpdateResponse{}))
+	_, held := srv.nodeSession(victim.ID)
+	must.True(t, held)
+
+	for name, c := range map[string]*rpc.Client{"outside a session": out, "in a session": in} {
+		t.Run(name, func(t *testing.T) {
+			var jr structs.ServerJoinResponse
+			err := structs.FromRPCError(c.Call("Status.Join", join, &jr))
+			if name == "in a session" {
+				must.ErrorIs(t, err, structs.ErrPermissionDenied)
+				must.StrContains(t, err.Error(), "not a server")
+			} else {
+				// Answered, but the address is only one to probe.
+				must.NoError(t, err)
+			}
+			err = structs.FromRPCError(c.Call("ClientRPC.Forward", relay, &structs.ClientRPCForwardResponse{}))
+			must.ErrorIs(t, err, structs.ErrPermissionDenied)
+			must.StrContains(t, err.Error(), "not a server")
+			err = structs.FromRPCError(c.Call("Node.Register", rogue, &structs.NodeUpdateResponse{}))
+			must.ErrorIs(t, err, structs.ErrPermissionDenied)
+			must.StrContains(t, err.Error(), "intro token")
+		})
+	}
+	t.Run("raft under a made-up header", func(t *testing.T) {
+		conn, err := dialTLS(t, srv, noVerify(certs.Client), structs.RPCRaft)
+		must.NoError(t, err)
+		_, err = conn.Write(raftBytes(t, 0, &raft.AppendEntriesRequest{
+			RPCHeader: raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte("x"), Addr: []byte("127.0.0.1:1")},
+			Term:      before.term + 100,
+			Leader:    []byte("127.0.0.1:1"),
+		}))
+		must.NoError(t, err)
+		must.Wait(t, wait.InitialSuccess(wait.BoolFunc(func() bool {
+			return strings.Contains(logs.String(), "raft rpc refused: sender is not a server of this cluster")
+		}), wait.Timeout(5*time.Second), wait.Gap(10*time.Millisecond)))
+	})
+	// The join above only named an address to probe: nothing answers
+	// there, so it never becomes a member.
+	must.Eq(t, before, raftStateOf(t, srv))
+	must.True(t, srv.IsLeader())
+	n, err := srv.State().NodeByID(nil, rogue.Node.ID)
+	must.NoError(t, err)
+	must.Nil(t, n)
+}

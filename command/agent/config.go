@@ -457,10 +457,11 @@ func (c *Config) Validate() error {
 			return err
 		}
 	}
-	if tc := c.tlsConfig(); tc.Enabled() {
-		if err := tc.Validate(); err != nil {
-			return fmt.Errorf("config: %w", err)
-		}
+	// Validated even when no listener is on: a verify_ setting alone is
+	// a mistake to name.
+	tc := c.tlsConfig()
+	if err := tc.Validate(); err != nil {
+		return fmt.Errorf("config: %w", err)
 	}
 	if err := c.validateTrust(); err != nil {
 		return err

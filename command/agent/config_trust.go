@@ -22,9 +22,14 @@ func (c *Config) validateTrust() error {
 		return nil
 	}
 	if ip := net.ParseIP(c.BindAddr); ip != nil && !ip.IsLoopback() {
-		return fmt.Errorf("config: bind_addr = %q is not a loopback address and TLS is not configured: "+
+		missing := "TLS is not configured"
+		if tc := c.tlsConfig(); tc.Enabled() {
+			// One listener speaks TLS and the other does not.
+			missing = fmt.Sprintf("TLS is not on for both ports (tls.rpc = %t, tls.http = %t)", tc.RPC, tc.HTTP)
+		}
+		return fmt.Errorf("config: bind_addr = %q is not a loopback address and %s: "+
 			"anyone who can reach the RPC port could act as a server or a node of this cluster; "+
-			"configure TLS, bind a loopback address, or set insecure_bind = true to accept that risk", c.BindAddr)
+			"configure TLS, bind a loopback address, or set insecure_bind = true to accept that risk", c.BindAddr, missing)
 	}
 	return nil
 }

@@ -31,6 +31,11 @@ server {
 	must.ErrorContains(t, err, "insecure_bind = true")
 	must.ErrorContains(t, parse(base+`bind_addr = "10.1.2.3"`).Validate(), "insecure_bind")
 
+	// TLS on one port only is named as such, not as no TLS at all.
+	rpcOnly := "tls {\n  rpc = true\n  ca_file = \"ca.pem\"\n  cert_file = \"c.pem\"\n  key_file = \"k.pem\"\n}\n"
+	must.ErrorContains(t, parse(base+rpcOnly+`bind_addr = "0.0.0.0"`).Validate(),
+		`bind_addr = "0.0.0.0" is not a loopback address and TLS is not on for both ports (tls.rpc = true, tls.http = false)`)
+
 	must.NoError(t, parse(base+"bind_addr = \"0.0.0.0\"\ninsecure_bind = true\n").Validate())
 	must.NoError(t, parse(base+`bind_addr = "::1"`).Validate())
 }

@@ -1,10 +1,32 @@
 package agent
 
 import (
+	"fmt"
 	"net/http"
+	"strings"
 
 	"github.com/roamhq/roam/structs"
 )
+
+// notClientCert refuses h to an HTTPS caller whose certificate is a client
+// certificate (client.<region>.roam, of any region). Every node holds
+// one; a snapshot holds every node's secret and a restore replaces all
+// state, so a client certificate is not an operator's for these, here as
+// on the RPC port (nomad's serverOnlyMethods). The cli and server
+// certificates, and callers without TLS, go on as before.
+func notClientCert(h handlerFunc) handlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) (any, error) {
+		if r.TLS != nil && len(r.TLS.PeerCertificates) > 0 {
+			for _, name := range r.TLS.PeerCertificates[0].DNSNames {
+				if strings.HasPrefix(name, "client.") && strings.HasSuffix(name, ".roam") {
+					return nil, fmt.Errorf("%w: %s %s needs an operator's (cli) certificate, and the caller's is a client certificate",
+						structs.ErrPermissionDenied, r.Method, r.URL.Path)
+				}
+			}
+		}
+		return h(w, r)
+	}
+}
 
 // raftConfiguration answers GET /v1/operator/raft/configuration in the
 // shape of Nomad's api.RaftConfiguration.

@@ -1,7 +1,11 @@
 package agent
 
 import (
+	"crypto/tls"
+	"crypto/x509"
+	"io"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 
@@ -99,6 +103,17 @@ func TestTLS_ConfigNamesMissingFiles(t *testing.T) {
 	must.StrContains(t, err.Error(), "tls.cert_file, tls.key_file must be set")
 }
 
+// verify_server_hostname without tls.rpc left every server's RPC port
+// refusing every peer, clients and servers alike, with a log that blamed
+// their certificates; the agent now refuses the config and says why.
+func TestTLS_ConfigVerifyNeedsItsListener(t *testing.T) {
+	c := DevConfig()
+	c.TLS = &TLSConfig{HTTP: true, CAFile: "ca.pem", CertFile: "c.pem", KeyFile: "k.pem", VerifyServerHostname: true}
+	must.ErrorContains(t, c.Validate(), "tls.verify_server_hostname needs tls.rpc = true")
+	c.TLS = &TLSConfig{RPC: true, CAFile: "ca.pem", CertFile: "c.pem", KeyFile: "k.pem", VerifyHTTPSClient: true}
+	must.ErrorContains(t, c.Validate(), "tls.verify_https_client needs tls.http = true")
+}
+
 func TestTLS_ParseBlock(t *testing.T) {
 	c, err := ParseConfig("tls.hcl", []byte(`
 tls {
@@ -116,4 +131,57 @@ tls {
 		VerifyServerHostname: true, VerifyHTTPSClient: true}, c.TLS)
 	merged := DefaultConfig().Merge(c)
 	must.EqOp(t, "server.global.roam", "server."+merged.tlsConfig().Region+".roam")
+}
+
+// httpsClient presents pair's certificate and trusts certs' CA.
+func httpsClient(t *testing.T, certs *tlstest.Files, pair tlstest.Pair) *http.Client {
+	t.Helper()
+	pem, err := os.ReadFile(certs.CA)
+	must.NoError(t, err)
+	pool := x509.NewCertPool()
+	must.True(t, pool.AppendCertsFromPEM(pem))
+	cert, err := tls.LoadX509KeyPair(pair.Cert, pair.Key)
+	must.NoError(t, err)
+	c := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{
+		RootCAs: pool, Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12,
+	}}}
+	t.Cleanup(c.CloseIdleConnections)
+	return c
+}
+
+// Every node holds the client certificate. Over HTTPS it must not take a
+// snapshot (every node's secret is in it), restore one, or change the
+// Raft configuration, as it may not over RPC; the cli certificate may.
+func TestTLS_ClientCertCannotCallOperatorRoutes(t *testing.T) {
+	a, certs := newTLSAgent(t)
+	base := "https://" + a.HTTPAddr()
+	do := func(c *http.Client, method, path string) (int, string) {
+		t.Helper()
+		req, err := http.NewRequest(method, base+path, strings.NewReader("not a snapshot"))
+		must.NoError(t, err)
+		resp, err := c.Do(req)
+		must.NoError(t, err)
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		must.NoError(t, err)
+		return resp.StatusCode, string(body)
+	}
+	client := httpsClient(t, certs, certs.Client)
+	for _, rt := range []struct{ method, path string }{
+		{http.MethodGet, "/v1/operator/snapshot"},
+		{http.MethodPut, "/v1/operator/snapshot"},
+		{http.MethodDelete, "/v1/operator/raft/peer?id=" + a.Server().ID()},
+		{http.MethodPut, "/v1/operator/raft/transfer-leadership"},
+	} {
+		code, body := do(client, rt.method, rt.path)
+		must.EqOp(t, http.StatusForbidden, code, must.Sprintf("%s %s: %s", rt.method, rt.path, body))
+		must.StrContains(t, body, "client certificate")
+	}
+	cfg, err := a.Server().Raft().GetConfiguration().Configuration(), a.Server().Raft().GetConfiguration().Error()
+	must.NoError(t, err)
+	must.Len(t, 1, cfg.Servers)
+
+	code, body := do(httpsClient(t, certs, certs.CLI), http.MethodGet, "/v1/operator/snapshot")
+	must.EqOp(t, http.StatusOK, code)
+	must.StrContains(t, body, a.Client().NodeID(), must.Sprint("the operator's snapshot holds the node"))
 }

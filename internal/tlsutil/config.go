@@ -48,6 +48,19 @@ var ErrConfig = errors.New("invalid tls configuration")
 // Validate checks that the files an enabled listener needs are named. It
 // reads nothing and changes nothing.
 func (c *Config) Validate() error {
+	if c == nil {
+		return nil
+	}
+	// A check for a listener that does not speak TLS would not check: the
+	// RPC port would refuse every peer (none can show a certificate), or
+	// the HTTP API would answer anyone while its operator believes it asks
+	// for a certificate.
+	if c.VerifyServerHostname && !c.RPC {
+		return fmt.Errorf("%w: tls.verify_server_hostname needs tls.rpc = true", ErrConfig)
+	}
+	if c.VerifyHTTPSClient && !c.HTTP {
+		return fmt.Errorf("%w: tls.verify_https_client needs tls.http = true", ErrConfig)
+	}
 	if !c.Enabled() {
 		return nil
 	}

@@ -139,3 +139,32 @@ func TestReload_KeepsOldOnError(t *testing.T) {
 	cfg.ServerName = "client.global.roam"
 	must.NoError(t, dial(t, addr, cfg))
 }
+
+// A verify_ setting for a listener that does not speak TLS would leave
+// the RPC port refusing every peer (it has no certificate to show), or the
+// HTTP API open while the operator believes it checks certificates.
+func TestConfig_ValidateVerifyNeedsItsListener(t *testing.T) {
+	files := tlsutil.Config{CAFile: "ca.pem", CertFile: "c.pem", KeyFile: "k.pem", Region: "global"}
+	for name, tc := range map[string]struct {
+		c    func(*tlsutil.Config)
+		want string
+	}{
+		"server hostname without rpc": {func(c *tlsutil.Config) { c.HTTP, c.VerifyServerHostname = true, true },
+			"tls.verify_server_hostname needs tls.rpc = true"},
+		"server hostname alone": {func(c *tlsutil.Config) { c.VerifyServerHostname = true },
+			"tls.verify_server_hostname needs tls.rpc = true"},
+		"https client without http": {func(c *tlsutil.Config) { c.RPC, c.VerifyHTTPSClient = true, true },
+			"tls.verify_https_client needs tls.http = true"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			c := files
+			tc.c(&c)
+			err := c.Validate()
+			must.ErrorIs(t, err, tlsutil.ErrConfig)
+			must.StrContains(t, err.Error(), tc.want)
+		})
+	}
+	ok := files
+	ok.RPC, ok.HTTP, ok.VerifyServerHostname, ok.VerifyHTTPSClient = true, true, true, true
+	must.NoError(t, ok.Validate())
+}
