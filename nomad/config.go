@@ -17,6 +17,11 @@ import (
 // Config configures a server. DefaultConfig works as is for a single dev
 // server; Validate names the first bad value and changes nothing.
 type Config struct {
+	// ACLEnabled turns on ACL enforcement on every RPC (docs/acl.md).
+	ACLEnabled bool
+	// ACLTokenTTL bounds how long a resolved token is cached; zero means
+	// DefaultACLTokenTTL. Any token or policy write empties the cache.
+	ACLTokenTTL time.Duration
 	// NodeID is the server's Raft ID; persisted in DataDir when empty.
 	NodeID string
 	// NodeName is the human name shown by members and peers.

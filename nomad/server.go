@@ -31,8 +31,10 @@ var ErrServerClosed = errors.New("server closed")
 
 // Server is one Roam server agent.
 type Server struct {
-	config *Config
-	logger hclog.Logger
+	// aclCache holds resolved tokens (see ResolveToken).
+	aclCache aclCache
+	config   *Config
+	logger   hclog.Logger
 
 	listener  net.Listener
 	advertise string
@@ -173,6 +175,7 @@ func NewServer(config *Config) (*Server, error) {
 	s.fsm = fsm
 	fsm.SetApplyHook(s.onApply)
 	s.registerEndpoints()
+	s.rpcServer.SetAuthorizer(s.authorizeRPC)
 
 	if err := s.setupRaft(); err != nil {
 		s.abortStart()
