@@ -167,8 +167,8 @@ func Parse(rules string) (*Policy, error) {
 type ACL struct {
 	management bool
 	// exact and globs map namespace patterns to their capability sets.
-	exact map[string]map[string]bool
-	globs []globRule
+	exact                         map[string]map[string]bool
+	globs                         []globRule
 	node, agent, operator, plugin string
 }
 
