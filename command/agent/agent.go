@@ -27,6 +27,9 @@ type Agent struct {
 	config *Config
 	logger hclog.Logger
 
+	// aclCache holds tokens a client-only agent resolved (see resolveACL).
+	aclCache clientACLCache
+
 	server *nomad.Server
 	client *client.Client
 	http   *HTTPServer
@@ -189,6 +192,10 @@ func (a *Agent) setupServer() error {
 	sc.CSINodeDetachTimeout = parseDurationOr(c.Server.CSINodeDetachTimeout, sc.CSINodeDetachTimeout)
 	sc.DeadServerCleanupAfter = parseDurationOr(c.Server.DeadServerCleanupAfter, sc.DeadServerCleanupAfter)
 	sc.LeaveOnTerminate = c.LeaveOnTerminate
+	sc.ACLEnabled = c.aclEnabled()
+	if c.ACL != nil {
+		sc.ACLTokenTTL = parseDurationOr(c.ACL.TokenTTL, 0)
+	}
 	limits := c.limits()
 	sc.RPCMaxConnsPerClient = limits.RPCMaxConnsPerClient
 	sc.RPCHandshakeTimeout = parseDurationOr(limits.RPCHandshakeTimeout, sc.RPCHandshakeTimeout)

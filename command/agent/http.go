@@ -96,6 +96,7 @@ func NewHTTPServer(a *Agent, ln net.Listener, logger hclog.Logger) *HTTPServer {
 	s.addWorkloadRoutes()
 	s.addCSIRoutes()
 	s.addCSICreateRoutes()
+	s.addACLRoutes()
 	s.srv = &http.Server{
 		Handler:           s,
 		ReadHeaderTimeout: 10 * time.Second,
@@ -155,7 +156,7 @@ func (s *HTTPServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			"status", rec.status, "duration", time.Since(start), "remote", r.RemoteAddr)
 	}()
 
-	methods := s.match(r.URL.EscapedPath())
+	route, methods := s.match(r.URL.EscapedPath())
 	if methods == nil {
 		s.writeError(rec, &codedError{code: http.StatusNotFound, msg: "Invalid URL path " + strconv.Quote(r.URL.Path)})
 		return
@@ -175,6 +176,10 @@ func (s *HTTPServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.writeError(rec, err)
 		return
 	}
+	if err := s.authorizeHTTP(r, route); err != nil {
+		s.writeError(rec, err)
+		return
+	}
 	obj, err := h(rec, r)
 	switch {
 	case err != nil:
@@ -190,7 +195,7 @@ func (s *HTTPServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // or as subRoute(prefix, sub).
 var idPrefixes = []string{
 	nodePathPrefix, jobPathPrefix, allocPathPrefix, evalPathPrefix, logsPathPrefix,
-	csiVolumePathPrefix, csiPluginPathPrefix,
+	csiVolumePathPrefix, csiPluginPathPrefix, aclPolicyPathPrefix, aclTokenPathPrefix,
 }
 
 // idPrefixKinds names the kind of ID each ID route takes, for
@@ -203,6 +208,8 @@ var idPrefixKinds = map[string]string{
 	logsPathPrefix:      structs.IDKindAlloc,
 	csiVolumePathPrefix: structs.IDKindVolume,
 	csiPluginPathPrefix: structs.IDKindPlugin,
+	aclPolicyPathPrefix: structs.IDKindACLPolicy,
+	aclTokenPathPrefix:  structs.IDKindACLToken,
 }
 
 // checkPathID refuses, as a 400 naming it, an ID in the (escaped) path
@@ -228,9 +235,9 @@ func checkPathID(path string) error {
 // subRoute is the routes key of a sub-resource of an ID route.
 func subRoute(prefix, sub string) string { return prefix + "*/" + sub }
 
-// match returns the handlers for the (escaped) path, or nil when there is
-// no such route.
-func (s *HTTPServer) match(path string) map[string]handlerFunc {
+// match returns the route key and handlers for the (escaped) path, or
+// nil handlers when there is no such route.
+func (s *HTTPServer) match(path string) (string, map[string]handlerFunc) {
 	for _, prefix := range idPrefixes {
 		rest, ok := strings.CutPrefix(path, prefix)
 		if !ok {
@@ -239,15 +246,16 @@ func (s *HTTPServer) match(path string) map[string]handlerFunc {
 		id, sub, hasSub := strings.Cut(rest, "/")
 		switch {
 		case id == "":
-			return nil
+			return "", nil
 		case !hasSub:
-			return s.routes[prefix]
+			return prefix, s.routes[prefix]
 		case sub == "" || strings.Contains(sub, "/"):
-			return nil
+			return "", nil
 		}
-		return s.routes[subRoute(prefix, sub)]
+		key := subRoute(prefix, sub)
+		return key, s.routes[key]
 	}
-	return s.routes[path]
+	return path, s.routes[path]
 }
 
 // pathID returns the unescaped ID segment that follows prefix in r's
@@ -325,6 +333,10 @@ func errorStatus(err error) (int, string) {
 		// Nomad's exact text: clients match on it to retry.
 		return http.StatusInternalServerError, "No cluster leader"
 	case errors.Is(err, structs.ErrPermissionDenied):
+		// An ACL denial answers Nomad's text; other denials say why.
+		if err.Error() == structs.ErrPermissionDenied.Error() {
+			return http.StatusForbidden, "Permission denied"
+		}
 		return http.StatusForbidden, err.Error()
 	case errors.Is(err, structs.ErrUnknownNode), errors.Is(err, structs.ErrNotFound):
 		return http.StatusNotFound, err.Error()
