@@ -179,7 +179,11 @@ type aclTokenBody struct {
 	Global     bool
 }
 
-func decodeTokenBody(r *http.Request) (*structs.ACLToken, error) {
+// decodeTokenBody reads a token's JSON. A create may not name a secret
+// (the server makes it); an update may carry the one it read (Nomad's
+// client sends the whole token back), which is ignored: a secret never
+// changes.
+func decodeTokenBody(r *http.Request, update bool) (*structs.ACLToken, error) {
 	body, err := readBody(r, maxACLBody)
 	if err != nil {
 		return nil, err
@@ -188,7 +192,7 @@ func decodeTokenBody(r *http.Request) (*structs.ACLToken, error) {
 	if err := json.Unmarshal(body, &in); err != nil {
 		return nil, badRequest("Failed to decode ACL token: %v", err)
 	}
-	if in.SecretID != "" {
+	if in.SecretID != "" && !update {
 		return nil, badRequest("SecretID cannot be set: the server makes the secret")
 	}
 	return &structs.ACLToken{AccessorID: in.AccessorID, Name: in.Name, Type: in.Type, Policies: in.Policies, Global: in.Global}, nil
@@ -210,7 +214,7 @@ func (s *HTTPServer) upsertToken(w http.ResponseWriter, r *http.Request, t *stru
 
 // aclTokenCreate answers PUT /v1/acl/token: a new token, secret included.
 func (s *HTTPServer) aclTokenCreate(w http.ResponseWriter, r *http.Request) (any, error) {
-	t, err := decodeTokenBody(r)
+	t, err := decodeTokenBody(r, false)
 	if err != nil {
 		return nil, err
 	}
@@ -223,7 +227,7 @@ func (s *HTTPServer) aclTokenCreate(w http.ResponseWriter, r *http.Request) (any
 // aclTokenUpdate answers PUT /v1/acl/token/:accessor.
 func (s *HTTPServer) aclTokenUpdate(w http.ResponseWriter, r *http.Request) (any, error) {
 	id := pathID(r, aclTokenPathPrefix)
-	t, err := decodeTokenBody(r)
+	t, err := decodeTokenBody(r, true)
 	if err != nil {
 		return nil, err
 	}
