@@ -181,6 +181,20 @@ func (c *Client) RPC(method string, args, reply any) error {
 // the server is holding for it ends with it (see serverConn.call).
 func (c *Client) RPCContext(ctx context.Context, method string, args, reply any) error {
 	setAuth(args, c.config.Region, c.id.SecretID)
+	return c.rpcRetry(ctx, method, args, reply)
+}
+
+// CallerRPC is RPCContext for a call made on someone else's behalf (an
+// HTTP request to this agent): the request goes with the caller's token,
+// and one without a token stays anonymous instead of taking this node's
+// secret, which would give the caller the node's identity.
+func (c *Client) CallerRPC(ctx context.Context, method string, args, reply any) error {
+	setAuth(args, c.config.Region, "")
+	return c.rpcRetry(ctx, method, args, reply)
+}
+
+// rpcRetry makes the call, retrying on another server while that may help.
+func (c *Client) rpcRetry(ctx context.Context, method string, args, reply any) error {
 	timeout := structs.RPCCallTimeout(args)
 
 	deadline := time.Now().Add(c.config.RPCRetryTimeout)

@@ -285,6 +285,16 @@ func (a *Agent) RPCContext(ctx context.Context, method string, args, reply any) 
 	return errNoRPC
 }
 
+// callerRPC is RPCContext on behalf of an HTTP caller: through a client,
+// the caller's token goes as is, and no token stays anonymous (see
+// client.CallerRPC).
+func (a *Agent) callerRPC(ctx context.Context, method string, args, reply any) error {
+	if a.server == nil && a.client != nil {
+		return a.client.CallerRPC(ctx, method, args, reply)
+	}
+	return a.RPCContext(ctx, method, args, reply)
+}
+
 // Server returns the agent's server, or nil.
 func (a *Agent) Server() *nomad.Server { return a.server }
 

@@ -444,7 +444,7 @@ func (s *HTTPServer) rpc(r *http.Request, method string, args, reply any) error 
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 	done := make(chan error, 1)
-	go func() { done <- s.agent.RPCContext(ctx, method, args, reply) }()
+	go func() { done <- s.agent.callerRPC(ctx, method, args, reply) }()
 	select {
 	case err := <-done:
 		return err

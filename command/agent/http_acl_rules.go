@@ -172,7 +172,7 @@ func (a *Agent) resolveACL(ctx context.Context, secret string) (*acl.ACL, string
 
 	args := structs.GenericRequest{QueryOptions: structs.QueryOptions{AuthToken: secret, Region: a.config.Region}}
 	var reply structs.ResolveACLTokenResponse
-	if err := a.RPCContext(ctx, "ACL.ResolveToken", &args, &reply); err != nil {
+	if err := a.callerRPC(ctx, "ACL.ResolveToken", &args, &reply); err != nil {
 		return nil, "", err
 	}
 	var (
