@@ -35,7 +35,7 @@ func testACLServer(t *testing.T, fn func(*Config)) (*Server, string) {
 
 // testACLToken writes a policy with rules and returns the secret of a
 // client token holding it.
-func testACLToken(t *testing.T, s *Server, mgmt, name, rules string) string {
+func testACLToken(t testing.TB, s *Server, mgmt, name, rules string) string {
 	t.Helper()
 	var gr structs.GenericResponse
 	must.NoError(t, s.RPC("ACL.UpsertPolicies", &structs.ACLPolicyUpsertRequest{
