@@ -227,6 +227,15 @@ func (a *ACL) UpsertTokens(args *structs.ACLTokenUpsertRequest, reply *structs.A
 		if err := t.Validate(); err != nil {
 			return err
 		}
+		for _, name := range t.Policies {
+			p, err := store.ACLPolicyByName(nil, name)
+			if err != nil {
+				return err
+			}
+			if p == nil {
+				return fmt.Errorf("%w: cannot find policy %q", structs.ErrInvalidRequest, name)
+			}
+		}
 		c := &structs.ACLToken{
 			AccessorID: t.AccessorID, Name: t.Name, Type: t.Type,
 			Policies: append([]string(nil), t.Policies...), Global: t.Global,

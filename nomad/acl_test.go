@@ -341,3 +341,60 @@ func TestACL_SnapshotCarriesTokens(t *testing.T) {
 	// The bootstrap is remembered: a second one is still refused.
 	must.Error(t, fresh.BootstrapACLToken(1<<40, 0, &structs.ACLToken{AccessorID: "a", SecretID: "b", Type: structs.ACLManagementToken}))
 }
+
+// TestACL_BadInput: every ACL write checks what it is given, names the
+// problem, and writes nothing.
+func TestACL_BadInput(t *testing.T) {
+	s, mgmt := testACLServer(t, nil)
+	w := structs.WriteRequest{AuthToken: mgmt}
+	var gr structs.GenericResponse
+	var tr structs.ACLTokenUpsertResponse
+	cases := []struct {
+		name, method string
+		args         any
+		reply        any
+		want         string
+	}{
+		{"no policies", "ACL.UpsertPolicies", &structs.ACLPolicyUpsertRequest{WriteRequest: w}, &gr, "give 1 to"},
+		{"bad name", "ACL.UpsertPolicies", &structs.ACLPolicyUpsertRequest{Policies: []*structs.ACLPolicy{{Name: "../x", Rules: nsCaps("list-jobs")}}, WriteRequest: w}, &gr, "only letters"},
+		{"bad rules", "ACL.UpsertPolicies", &structs.ACLPolicyUpsertRequest{Policies: []*structs.ACLPolicy{{Name: "x", Rules: nsCaps("fly")}}, WriteRequest: w}, &gr, `unknown capability "fly"`},
+		{"null policy", "ACL.UpsertPolicies", &structs.ACLPolicyUpsertRequest{Policies: []*structs.ACLPolicy{nil}, WriteRequest: w}, &gr, "null"},
+		{"missing policy", "ACL.UpsertTokens", &structs.ACLTokenUpsertRequest{Tokens: []*structs.ACLToken{{Type: "client", Policies: []string{"nope"}}}, WriteRequest: w}, &tr, `cannot find policy "nope"`},
+		{"client without policies", "ACL.UpsertTokens", &structs.ACLTokenUpsertRequest{Tokens: []*structs.ACLToken{{Type: "client"}}, WriteRequest: w}, &tr, "missing policies"},
+		{"management with policies", "ACL.UpsertTokens", &structs.ACLTokenUpsertRequest{Tokens: []*structs.ACLToken{{Type: "management", Policies: []string{"x"}}}, WriteRequest: w}, &tr, "cannot be associated"},
+		{"bad type", "ACL.UpsertTokens", &structs.ACLTokenUpsertRequest{Tokens: []*structs.ACLToken{{Type: "root"}}, WriteRequest: w}, &tr, "token type"},
+		{"unknown accessor", "ACL.UpsertTokens", &structs.ACLTokenUpsertRequest{Tokens: []*structs.ACLToken{{AccessorID: "nope", Type: "management"}}, WriteRequest: w}, &tr, "not found"},
+		{"delete missing", "ACL.DeleteTokens", &structs.ACLTokenDeleteRequest{AccessorIDs: []string{"nope"}, WriteRequest: w}, &gr, "not found"},
+	}
+	before, err := aclTablesIndex(s.State())
+	must.NoError(t, err)
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			err := s.RPC(tc.method, tc.args, tc.reply)
+			must.Error(t, err)
+			must.StrContains(t, err.Error(), tc.want)
+		})
+	}
+	after, err := aclTablesIndex(s.State())
+	must.NoError(t, err)
+	// "delete missing" reaches Raft and fails at apply, changing nothing.
+	tokens, err := s.State().ACLTokens(nil)
+	must.NoError(t, err)
+	must.Len(t, 1, tokens)
+	policies, err := s.State().ACLPolicies(nil)
+	must.NoError(t, err)
+	must.Len(t, 0, policies)
+	must.Eq(t, before, after)
+}
+
+// TestACL_Disabled: with ACLs off every call is allowed as before, and
+// the ACL endpoints say ACLs are off.
+func TestACL_Disabled(t *testing.T) {
+	s := testServer(t, nil)
+	waitForLeader(t, s)
+	must.NoError(t, s.authorizeRPC("Operator.SnapshotSave", &structs.GenericRequest{}))
+	var resp structs.ACLTokenUpsertResponse
+	err := s.RPC("ACL.Bootstrap", &structs.ACLTokenBootstrapRequest{}, &resp)
+	must.True(t, errors.Is(err, structs.ErrInvalidRequest), must.Sprint(err))
+	must.StrContains(t, err.Error(), "acl support disabled")
+}
