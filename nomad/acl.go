@@ -229,10 +229,12 @@ var managementOnly = coarse((*acl.ACL).IsManagement)
 // rpcACLRules maps every RPC to what it needs. TestACL_RPCTableCoversEveryMethod
 // fails when a registered method has no row.
 var rpcACLRules = map[string]aclRule{
-	"Status.Ping":        {exempt: "open"},
-	"Status.Leader":      {exempt: "open"},
-	"Status.Peers":       {exempt: "open"},
-	"Status.Members":     coarse((*acl.ACL).AllowAgentRead),
+	"Status.Ping":   {exempt: "open"},
+	"Status.Leader": {exempt: "open"},
+	"Status.Peers":  {exempt: "open"},
+	// Members answers /v1/agent/members (node read, as in Nomad) and
+	// part of /v1/agent/self (agent read).
+	"Status.Members":     coarse(func(a *acl.ACL) bool { return a.AllowNodeRead() || a.AllowAgentRead() }),
 	"Status.Join":        {exempt: "server"},
 	"Status.HasNodeConn": {exempt: "server"},
 	"Status.CancelQuery": {exempt: "open"},
@@ -269,9 +271,13 @@ var rpcACLRules = map[string]aclRule{
 	"Job.Allocations": nsCap(acl.NamespaceCapabilityReadJob),
 	"Job.Evaluations": nsCap(acl.NamespaceCapabilityReadJob),
 	"Alloc.List":      nsCap(acl.NamespaceCapabilityReadJob),
-	"Alloc.GetAlloc":  nsCap(acl.NamespaceCapabilityReadJob),
-	"Eval.List":       nsCap(acl.NamespaceCapabilityReadJob),
-	"Eval.GetEval":    nsCap(acl.NamespaceCapabilityReadJob),
+	// The logs route reads the allocation to find its task and node.
+	"Alloc.GetAlloc": {allow: func(id *Identity, _ any) bool {
+		return id.ACL.AllowNamespaceOperation(structs.DefaultNamespace, acl.NamespaceCapabilityReadJob) ||
+			id.ACL.AllowNamespaceOperation(structs.DefaultNamespace, acl.NamespaceCapabilityReadLogs)
+	}},
+	"Eval.List":    nsCap(acl.NamespaceCapabilityReadJob),
+	"Eval.GetEval": nsCap(acl.NamespaceCapabilityReadJob),
 
 	"CSIVolume.Claim":          {exempt: "node"},
 	"CSIVolume.Register":       nsCap(acl.NamespaceCapabilityCSIWriteVolume),

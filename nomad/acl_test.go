@@ -76,7 +76,7 @@ var rpcACLCases = map[string]rpcACLCase{
 	"Status.Join":        {exempt: "server"},
 	"Status.HasNodeConn": {exempt: "server"},
 	"ClientRPC.Forward":  {exempt: "server"},
-	"Status.Members":     {grant: `agent { policy = "read" }`, near: `node { policy = "write" }`},
+	"Status.Members":     {grant: `node { policy = "read" }`, near: `operator { policy = "write" }`},
 
 	"Node.Register":          {exempt: "node"},
 	"Node.UpdateStatus":      {exempt: "node"},

@@ -158,6 +158,16 @@ var (
 	}
 )
 
+// wireUnsafe are the routes whose handler, given a junk request with a
+// token that may call it, could still change the cluster under the test:
+// they are checked with authorizeHTTP only.
+var wireUnsafe = map[string]bool{
+	"PUT /v1/operator/raft/transfer-leadership":  true,
+	"POST /v1/operator/raft/transfer-leadership": true,
+	"PUT /v1/operator/snapshot":                  true,
+	"DELETE /v1/operator/raft/peer":              true,
+}
+
 // routePath makes a concrete path for a route key: an ID route gets an
 // ID, a sub-resource route an ID and its segment.
 func routePath(route string) string {
@@ -212,8 +222,17 @@ func TestHTTPACL_RouteTable(t *testing.T) {
 			}
 			must.Eq(t, "", rule.exempt)
 			must.NoError(t, check(mgmt))
+			granted := mgmt
 			if tc.grant != "management" {
-				must.NoError(t, check(aclHTTPToken(t, a, mgmt, "grant-"+strconv.Itoa(i), tc.grant)))
+				granted = aclHTTPToken(t, a, mgmt, "grant-"+strconv.Itoa(i), tc.grant)
+				must.NoError(t, check(granted))
+			}
+			// On the wire too: the RPCs behind the route must not refuse
+			// what the route allowed. The request is junk (an unknown ID,
+			// no body), so the answer may be any refusal but 403.
+			if !wireUnsafe[key] {
+				code, body := aclDo(t, a, method, path, granted, nil)
+				must.NotEq(t, http.StatusForbidden, code, must.Sprintf("granted: %s", body))
 			}
 			near := aclHTTPToken(t, a, mgmt, "near-"+strconv.Itoa(i), tc.near)
 			for name, secret := range map[string]string{"near miss": near, "anonymous": ""} {

@@ -181,17 +181,32 @@ func streamPlain(w http.ResponseWriter, src io.Reader) {
 // may be long, but bound to the request's context.
 var logProxyClient = &http.Client{}
 
+// relayNode finds the node to relay a logs request to with the agent's
+// own authority, not the caller's: the caller was checked for read-logs
+// already, and needs no node read to have its logs relayed. A server
+// agent reads its own state; a client agent asks with its node secret.
+func (s *HTTPServer) relayNode(r *http.Request, nodeID string) (*structs.Node, error) {
+	if srv := s.agent.Server(); srv != nil {
+		return srv.State().NodeByID(nil, nodeID)
+	}
+	args := structs.NodeSpecificRequest{NodeID: nodeID}
+	args.Region = s.region(r)
+	args.AllowStale = true
+	var reply structs.SingleNodeResponse
+	if err := s.agent.RPCContext(r.Context(), "Node.GetNode", &args, &reply); err != nil {
+		return nil, err
+	}
+	return reply.Node, nil
+}
+
 // proxyLogs asks the agent of the allocation's node for the log and
 // relays its answer.
 func (s *HTTPServer) proxyLogs(w http.ResponseWriter, r *http.Request, alloc *structs.Allocation, p logParams) error {
-	args := structs.NodeSpecificRequest{NodeID: alloc.NodeID}
-	args.Region = s.region(r)
-	args.AuthToken = r.Header.Get("X-Nomad-Token")
-	var reply structs.SingleNodeResponse
-	if err := s.rpc(r, "Node.GetNode", &args, &reply); err != nil {
+	node, err := s.relayNode(r, alloc.NodeID)
+	if err != nil {
 		return err
 	}
-	if reply.Node == nil || reply.Node.HTTPAddr == "" {
+	if node == nil || node.HTTPAddr == "" {
 		return &codedError{code: http.StatusBadGateway,
 			msg: fmt.Sprintf("alloc %s is on node %s, whose HTTP address is unknown", alloc.ID, alloc.NodeID)}
 	}
@@ -201,7 +216,7 @@ func (s *HTTPServer) proxyLogs(w http.ResponseWriter, r *http.Request, alloc *st
 	params.Set("origin", p.origin)
 	params.Set("offset", strconv.FormatInt(p.offset, 10))
 	params.Set("plain", "true")
-	target := "http://" + reply.Node.HTTPAddr + logsPathPrefix + url.PathEscape(alloc.ID) + "?" + params.Encode()
+	target := "http://" + node.HTTPAddr + logsPathPrefix + url.PathEscape(alloc.ID) + "?" + params.Encode()
 	req, err := http.NewRequestWithContext(r.Context(), http.MethodGet, target, nil)
 	if err != nil {
 		return fmt.Errorf("build logs request for node %s: %w", alloc.NodeID, err)
@@ -214,7 +229,7 @@ func (s *HTTPServer) proxyLogs(w http.ResponseWriter, r *http.Request, alloc *st
 	if err != nil {
 		return &codedError{code: http.StatusBadGateway,
 			msg: fmt.Sprintf("alloc %s is on node %s; asking its agent at http://%s failed: %v",
-				alloc.ID, alloc.NodeID, reply.Node.HTTPAddr, err)}
+				alloc.ID, alloc.NodeID, node.HTTPAddr, err)}
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
