@@ -24,6 +24,10 @@ const DefaultAddress = "http://127.0.0.1:4646"
 // AddressEnv names the environment variable that overrides DefaultAddress.
 const AddressEnv = "ROAM_ADDR"
 
+// TokenEnv names the environment variable that holds the ACL token's
+// secret sent with every request.
+const TokenEnv = "ROAM_TOKEN"
+
 // Environment variables DefaultConfig reads for TLS, as the CLI flags
 // -ca-cert, -client-cert, -client-key and -tls-server-name.
 const (
@@ -64,12 +68,15 @@ type Config struct {
 	HTTPClient *http.Client
 	// WaitTime is the wait of a blocking query whose options give none.
 	WaitTime time.Duration
+	// SecretID is the ACL token sent as X-Nomad-Token with every request
+	// whose options name none.
+	SecretID string
 }
 
 // DefaultConfig returns a Config for the agent named by ROAM_ADDR, or the
 // local agent.
 func DefaultConfig() *Config {
-	c := &Config{Address: DefaultAddress}
+	c := &Config{Address: DefaultAddress, SecretID: os.Getenv(TokenEnv)}
 	if addr := os.Getenv(AddressEnv); addr != "" {
 		c.Address = addr
 	}
@@ -125,6 +132,9 @@ func NewClient(config *Config) (*Client, error) {
 		c.Region = config.Region
 		c.HTTPClient = config.HTTPClient
 		c.WaitTime = config.WaitTime
+		if config.SecretID != "" {
+			c.SecretID = config.SecretID
+		}
 		if !config.TLSConfig.empty() {
 			c.TLSConfig = config.TLSConfig
 		}
@@ -276,8 +286,14 @@ func (c *Client) newRequest(method, path string) *request {
 	if c.config.Region != "" {
 		r.params.Set("region", c.config.Region)
 	}
+	if c.config.SecretID != "" {
+		r.header.Set("X-Nomad-Token", c.config.SecretID)
+	}
 	return r
 }
+
+// SetSecretID sets the ACL token sent with every request.
+func (c *Client) SetSecretID(secret string) { c.config.SecretID = secret }
 
 func (c *Client) setQueryOptions(r *request, q *QueryOptions) {
 	if q == nil {

@@ -16,6 +16,7 @@ type apiFlags struct {
 	address string
 	region  string
 	json    bool
+	token   string
 	tls     api.TLSConfig
 }
 
@@ -34,6 +35,7 @@ func newAPIFlagSet(name, usage string, errOut io.Writer) (*flag.FlagSet, *apiFla
 		"HTTP address of the agent (or set "+api.AddressEnv+")")
 	fs.StringVar(&f.region, "region", "", "region to send the request to")
 	fs.BoolVar(&f.json, "json", false, "print the raw JSON of the result")
+	fs.StringVar(&f.token, "token", "", "secret of the ACL token to send (or set "+api.TokenEnv+")")
 	env := api.DefaultConfig().TLSConfig
 	fs.StringVar(&f.tls.CACert, "ca-cert", env.CACert,
 		"PEM file of the CA that signed the agent's certificate (or set "+api.CACertEnv+")")
@@ -48,7 +50,7 @@ func newAPIFlagSet(name, usage string, errOut io.Writer) (*flag.FlagSet, *apiFla
 
 // client returns an API client for the flags.
 func (f *apiFlags) client() (*api.Client, error) {
-	return api.NewClient(&api.Config{Address: f.address, Region: f.region, TLSConfig: f.tls})
+	return api.NewClient(&api.Config{Address: f.address, Region: f.region, TLSConfig: f.tls, SecretID: f.token})
 }
 
 // parseArgs parses args with flags allowed before, between and after the

@@ -8,14 +8,33 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"sync/atomic"
 	"time"
 )
 
 // The HTTP API is read with plain encoding/json into the structs below,
 // which carry the Nomad v1 field names Roam promises to serve.
 
-// httpClient is shared by every request the harness makes.
-var httpClient = &http.Client{Timeout: 5 * time.Second}
+// httpClient is shared by every request the harness makes. It sends
+// harnessToken (set by a test that turns ACLs on) as X-Nomad-Token on
+// every request that does not carry that header already; a request that
+// sets the header to "" goes as the anonymous token.
+var httpClient = &http.Client{Timeout: 5 * time.Second, Transport: tokenTransport{http.DefaultTransport}}
+
+// harnessToken is the ACL secret the harness's own requests carry.
+var harnessToken atomic.Value // string
+
+type tokenTransport struct{ next http.RoundTripper }
+
+func (tt tokenTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	tok, _ := harnessToken.Load().(string)
+	if _, set := r.Header["X-Nomad-Token"]; tok == "" || set {
+		return tt.next.RoundTrip(r)
+	}
+	r = r.Clone(r.Context())
+	r.Header.Set("X-Nomad-Token", tok)
+	return tt.next.RoundTrip(r)
+}
 
 // AgentMember is one entry of /v1/agent/members.
 type AgentMember struct {

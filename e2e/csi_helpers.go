@@ -49,6 +49,8 @@ type csiCluster struct {
 	NodeIDs map[string]string
 	// Extra are the plugins of csiOpts.ExtraPluginIDs by plugin ID.
 	Extra map[string]*csiPluginSet
+	// ACLToken is the management secret when csiOpts.ACL is set.
+	ACLToken string
 }
 
 // csiPluginSet is one more plugin ID: a monolith hostpath plugin instance
@@ -84,6 +86,10 @@ type csiOpts struct {
 	Zones map[string]string
 	// LogLevel is Opts' field of the same name (DEBUG when empty).
 	LogLevel string
+	// ACL turns ACLs on in every agent and bootstraps them once there is
+	// a leader: the harness's requests and CLI runs then carry the
+	// management token (csiCluster.ACLToken).
+	ACL bool
 }
 
 // startCSICluster starts the cluster and one monolith hostpath plugin per
@@ -172,6 +178,10 @@ func startCSICluster(t *testing.T, opts csiOpts) *csiCluster {
 		}
 	}
 
+	if opts.ACL {
+		opts.ServerConfigExtra += "\nacl {\n  enabled = true\n}\n"
+		opts.ClientConfigExtra += "\nacl {\n  enabled = true\n}\n"
+	}
 	cc.Cluster = StartCluster(t, Opts{
 		Servers:           opts.Servers,
 		Clients:           opts.Clients,
@@ -193,6 +203,9 @@ func startCSICluster(t *testing.T, opts csiOpts) *csiCluster {
 			return hcl + "}\n"
 		},
 	})
+	if opts.ACL {
+		cc.ACLToken = bootstrapACL(t, cc.Cluster)
+	}
 	cc.ReportServerEvents(150)
 	cc.NodeIDs = cc.Cluster.NodeIDs()
 

@@ -62,6 +62,8 @@ type claimBench struct {
 	stateDirs map[string]string // plugin ID to state dir
 	volumes   []*structs.CSIVolume
 	allocs    []*structs.Allocation
+	// aclToken is the management secret when the cluster runs ACLs.
+	aclToken string
 }
 
 // benchStartPlugin starts one in-process hostpath instance on a unix socket
@@ -101,12 +103,26 @@ func newClaimBench(tb testing.TB, plugins int, latency time.Duration) *claimBenc
 // its client certificate.
 func newClaimBenchTLS(tb testing.TB, plugins int, latency time.Duration, certs *tlstest.Files) *claimBench {
 	tb.Helper()
-	var withTLS func(*Config)
-	if certs != nil {
-		withTLS = func(c *Config) { c.TLS = certs.Configurator(tb, certs.Server, false) }
-	}
-	servers, leader := benchClusterWith(tb, 3, withTLS)
+	return newClaimBenchWith(tb, plugins, latency, certs, false)
+}
+
+// newClaimBenchWith is newClaimBenchTLS with ACLs on every server when
+// withACL is set: the cluster is bootstrapped and cb.aclToken holds the
+// management secret, with which the volumes are registered.
+func newClaimBenchWith(tb testing.TB, plugins int, latency time.Duration, certs *tlstest.Files, withACL bool) *claimBench {
+	tb.Helper()
+	servers, leader := benchClusterWith(tb, 3, func(c *Config) {
+		if certs != nil {
+			c.TLS = certs.Configurator(tb, certs.Server, false)
+		}
+		c.ACLEnabled = withACL
+	})
 	cb := &claimBench{servers: servers, leader: leader, stateDirs: map[string]string{}}
+	if withACL {
+		var boot structs.ACLTokenUpsertResponse
+		must.NoError(tb, leader.RPC("ACL.Bootstrap", &structs.ACLTokenBootstrapRequest{}, &boot))
+		cb.aclToken = boot.Tokens[0].SecretID
+	}
 
 	controllers := map[string]csi.ControllerClient{}
 	pluginCfgs := map[string]*client.CSIPluginConfig{}
@@ -178,7 +194,8 @@ func newClaimBenchTLS(tb testing.TB, plugins int, latency time.Duration, certs *
 		vol.ExternalID = resp.Volume.VolumeId
 		var rresp structs.CSIVolumeRegisterResponse
 		must.NoError(tb, leader.RPC("CSIVolume.Register",
-			&structs.CSIVolumeRegisterRequest{Volumes: []*structs.CSIVolume{vol}}, &rresp))
+			&structs.CSIVolumeRegisterRequest{Volumes: []*structs.CSIVolume{vol},
+				WriteRequest: structs.WriteRequest{AuthToken: cb.aclToken}}, &rresp))
 		cb.volumes = append(cb.volumes, vol)
 		placed = append(placed, &structs.Allocation{ID: fmt.Sprintf("bench-alloc-%d", w),
 			Namespace: structs.DefaultNamespace, JobID: "db", TaskGroup: "g", NodeID: nodeB.ID,

@@ -23,6 +23,11 @@ type Config struct {
 	// structs.ErrEventsDropped.
 	EventBufferSize int
 
+	// ACLEnabled turns on ACL enforcement on every RPC (docs/acl.md).
+	ACLEnabled bool
+	// ACLTokenTTL bounds how long a resolved token is cached; zero means
+	// DefaultACLTokenTTL. Any token or policy write empties the cache.
+	ACLTokenTTL time.Duration
 	// NodeID is the server's Raft ID; persisted in DataDir when empty.
 	NodeID string
 	// NodeName is the human name shown by members and peers.

@@ -13,6 +13,7 @@ func (s *Server) registerEndpoints() {
 		"Eval":      &Eval{srv: s},
 		"CSIVolume": &CSIVolume{srv: s},
 		"CSIPlugin": &CSIPlugin{srv: s},
+		"ACL":       &ACL{srv: s},
 	} {
 		if err := s.rpcServer.RegisterName(name, svc); err != nil {
 			panic("nomad: register " + name + " endpoint: " + err.Error())

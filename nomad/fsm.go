@@ -26,6 +26,8 @@ const (
 	snapCSIVolume
 	snapCSIPlugin
 	snapClusterMeta
+	snapACLPolicy
+	snapACLToken
 )
 
 // FSM applies committed Raft entries to the state store. Apply touches
@@ -190,6 +192,26 @@ var fsmAppliers = map[structs.MessageType]fsmApplier{
 		func(st *state.StateStore, index uint64, req *structs.ClusterMetadataRequest) ([]*structs.Evaluation, error) {
 			return nil, st.SetClusterMetadata(index, &req.Metadata)
 		}),
+	structs.ACLPolicyUpsertRequestType: decodeApply(structs.ACLPolicyUpsertRequestType,
+		func(st *state.StateStore, index uint64, req *structs.ACLPolicyUpsertRequest) ([]*structs.Evaluation, error) {
+			return nil, st.UpsertACLPolicies(index, req.Policies)
+		}),
+	structs.ACLPolicyDeleteRequestType: decodeApply(structs.ACLPolicyDeleteRequestType,
+		func(st *state.StateStore, index uint64, req *structs.ACLPolicyDeleteRequest) ([]*structs.Evaluation, error) {
+			return nil, st.DeleteACLPolicies(index, req.Names)
+		}),
+	structs.ACLTokenUpsertRequestType: decodeApply(structs.ACLTokenUpsertRequestType,
+		func(st *state.StateStore, index uint64, req *structs.ACLTokenUpsertRequest) ([]*structs.Evaluation, error) {
+			return nil, st.UpsertACLTokens(index, req.Tokens)
+		}),
+	structs.ACLTokenDeleteRequestType: decodeApply(structs.ACLTokenDeleteRequestType,
+		func(st *state.StateStore, index uint64, req *structs.ACLTokenDeleteRequest) ([]*structs.Evaluation, error) {
+			return nil, st.DeleteACLTokens(index, req.AccessorIDs)
+		}),
+	structs.ACLTokenBootstrapRequestType: decodeApply(structs.ACLTokenBootstrapRequestType,
+		func(st *state.StateStore, index uint64, req *structs.ACLTokenBootstrapRequest) ([]*structs.Evaluation, error) {
+			return nil, st.BootstrapACLToken(index, req.ResetIndex, req.Token)
+		}),
 	structs.NodeUpdateEligibilityRequestType: decodeApply(structs.NodeUpdateEligibilityRequestType,
 		func(st *state.StateStore, index uint64, req *structs.NodeUpdateEligibilityRequest) ([]*structs.Evaluation, error) {
 			return req.Evals, st.UpdateNodeEligibility(index, req.NodeID, req.Eligibility, req.UpdatedAt, req.Evals)
@@ -236,6 +258,8 @@ var snapshotTables = map[snapshotRecord]string{
 	snapCSIVolume:   "csi_volumes",
 	snapCSIPlugin:   "csi_plugins",
 	snapClusterMeta: "cluster_meta",
+	snapACLPolicy:   "acl_policies",
+	snapACLToken:    "acl_tokens",
 }
 
 // restoreStore reads a snapshot stream (as Persist writes it) into a new
@@ -325,6 +349,18 @@ func restoreRecord(dec *codec.Decoder, restore *state.Restore, rec snapshotRecor
 			return err
 		}
 		return restore.ClusterMetadata(&m)
+	case snapACLPolicy:
+		var p structs.ACLPolicy
+		if err := dec.Decode(&p); err != nil {
+			return err
+		}
+		return restore.ACLPolicy(&p)
+	case snapACLToken:
+		var t structs.ACLToken
+		if err := dec.Decode(&t); err != nil {
+			return err
+		}
+		return restore.ACLToken(&t)
 	}
 	return fmt.Errorf("unknown record type %d", rec)
 }
@@ -425,6 +461,24 @@ func (s *fsmSnapshot) persist(w io.Writer) error {
 	}
 	if meta != nil {
 		if err := write(snapClusterMeta, meta); err != nil {
+			return err
+		}
+	}
+	policies, err := s.snap.ACLPolicies(nil)
+	if err != nil {
+		return err
+	}
+	for _, p := range policies {
+		if err := write(snapACLPolicy, p); err != nil {
+			return err
+		}
+	}
+	tokens, err := s.snap.ACLTokens(nil)
+	if err != nil {
+		return err
+	}
+	for _, t := range tokens {
+		if err := write(snapACLToken, t); err != nil {
 			return err
 		}
 	}

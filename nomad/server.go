@@ -31,8 +31,10 @@ var ErrServerClosed = errors.New("server closed")
 
 // Server is one Roam server agent.
 type Server struct {
-	config *Config
-	logger hclog.Logger
+	// aclCache holds resolved tokens (see ResolveToken).
+	aclCache aclCache
+	config   *Config
+	logger   hclog.Logger
 
 	// events buffers the event stream (/v1/event/stream).
 	events *eventBroker
@@ -178,6 +180,7 @@ func NewServer(config *Config) (*Server, error) {
 	s.events = newEventBroker(config.EventBufferSize)
 	fsm.SetEventBroker(s.events)
 	s.registerEndpoints()
+	s.rpcServer.SetAuthorizer(s.authorizeRPC)
 
 	if err := s.setupRaft(); err != nil {
 		s.abortStart()

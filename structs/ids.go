@@ -13,6 +13,8 @@ const MaxIDBytes = 128
 // Kinds of identifier, as ValidateID's errors name them.
 const (
 	IDKindVolume      = "volume ID"
+	IDKindACLPolicy   = "acl policy name"
+	IDKindACLToken    = "acl token accessor ID"
 	IDKindPlugin      = "plugin ID"
 	IDKindJob         = "job ID"
 	IDKindGroup       = "task group name"

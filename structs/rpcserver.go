@@ -5,6 +5,7 @@ import (
 	"go/token"
 	"net/rpc"
 	"reflect"
+	"sort"
 	"strings"
 	"sync"
 )
@@ -21,6 +22,31 @@ import (
 type RPCServer struct {
 	mu       sync.RWMutex
 	services map[string]*rpcService
+	// authorize, when set, is asked about every call before its handler
+	// runs; an error is the call's reply and the handler never runs.
+	authorize func(method string, args any) error
+}
+
+// SetAuthorizer sets the check every call passes before its handler runs.
+// Call it before serving.
+func (s *RPCServer) SetAuthorizer(fn func(method string, args any) error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.authorize = fn
+}
+
+// Methods lists every callable Service.Method, sorted.
+func (s *RPCServer) Methods() []string {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	var out []string
+	for name, svc := range s.services {
+		for m := range svc.methods {
+			out = append(out, name+"."+m)
+		}
+	}
+	sort.Strings(out)
+	return out
 }
 
 type rpcService struct {
@@ -158,6 +184,15 @@ func (s *RPCServer) readRequest(codec rpc.ServerCodec) (*rpcCall, error) {
 
 // call runs the handler and writes its reply.
 func (s *RPCServer) call(sending *sync.Mutex, codec rpc.ServerCodec, c *rpcCall) {
+	s.mu.RLock()
+	authorize := s.authorize
+	s.mu.RUnlock()
+	if authorize != nil {
+		if err := authorize(c.header.ServiceMethod, c.argv.Interface()); err != nil {
+			respond(sending, codec, &c.header, nil, err)
+			return
+		}
+	}
 	out := c.method.fn.Call([]reflect.Value{c.svc.rcvr, c.argv, c.replyv})
 	var err error
 	if e := out[0].Interface(); e != nil {

@@ -28,6 +28,11 @@ const (
 	CSIVolumeDeregisterRequestType
 	CSIVolumeClaimRequestType
 	ClusterMetadataRequestType
+	ACLPolicyUpsertRequestType
+	ACLPolicyDeleteRequestType
+	ACLTokenUpsertRequestType
+	ACLTokenDeleteRequestType
+	ACLTokenBootstrapRequestType
 )
 
 // String names the message type for logs and errors.
@@ -63,6 +68,16 @@ func (t MessageType) String() string {
 		return "CSIVolumeClaim"
 	case ClusterMetadataRequestType:
 		return "ClusterMetadata"
+	case ACLPolicyUpsertRequestType:
+		return "ACLPolicyUpsert"
+	case ACLPolicyDeleteRequestType:
+		return "ACLPolicyDelete"
+	case ACLTokenUpsertRequestType:
+		return "ACLTokenUpsert"
+	case ACLTokenDeleteRequestType:
+		return "ACLTokenDelete"
+	case ACLTokenBootstrapRequestType:
+		return "ACLTokenBootstrap"
 	default:
 		return "Unknown"
 	}
@@ -141,6 +156,7 @@ type QueryOptions struct {
 }
 
 func (q QueryOptions) RequestRegion() string { return q.Region }
+func (q QueryOptions) RequestToken() string  { return q.AuthToken }
 func (q QueryOptions) IsRead() bool          { return true }
 func (q QueryOptions) AllowStaleRead() bool  { return q.AllowStale }
 
@@ -191,6 +207,7 @@ type WriteRequest struct {
 }
 
 func (w WriteRequest) RequestRegion() string { return w.Region }
+func (w WriteRequest) RequestToken() string  { return w.AuthToken }
 func (w WriteRequest) IsRead() bool          { return false }
 func (w WriteRequest) AllowStaleRead() bool  { return false }
 

@@ -27,6 +27,9 @@ type Agent struct {
 	config *Config
 	logger hclog.Logger
 
+	// aclCache holds tokens a client-only agent resolved (see resolveACL).
+	aclCache clientACLCache
+
 	server *nomad.Server
 	client *client.Client
 	http   *HTTPServer
@@ -195,6 +198,10 @@ func (a *Agent) setupServer() error {
 	sc.LeaveOnTerminate = c.LeaveOnTerminate
 	sc.OperatorToken = c.Server.OperatorToken
 	sc.ClientIntroTokens = c.Server.ClientIntroTokens
+	sc.ACLEnabled = c.aclEnabled()
+	if c.ACL != nil {
+		sc.ACLTokenTTL = parseDurationOr(c.ACL.TokenTTL, 0)
+	}
 	limits := c.limits()
 	sc.RPCMaxConnsPerClient = limits.RPCMaxConnsPerClient
 	sc.RPCHandshakeTimeout = parseDurationOr(limits.RPCHandshakeTimeout, sc.RPCHandshakeTimeout)
@@ -286,6 +293,16 @@ func (a *Agent) RPCContext(ctx context.Context, method string, args, reply any) 
 		return a.client.ForwardContext(ctx, method, args, reply)
 	}
 	return errNoRPC
+}
+
+// callerRPC is RPCContext on behalf of an HTTP caller: through a client,
+// the caller's token goes as is, and no token stays anonymous (see
+// client.ForwardContext).
+func (a *Agent) callerRPC(ctx context.Context, method string, args, reply any) error {
+	if a.server == nil && a.client != nil {
+		return a.client.ForwardContext(ctx, method, args, reply)
+	}
+	return a.RPCContext(ctx, method, args, reply)
 }
 
 // Server returns the agent's server, or nil.

@@ -42,12 +42,25 @@ type Config struct {
 	Client       *ClientConfig `hcl:"client,block"`
 	Limits       *Limits       `hcl:"limits,block"`
 	TLS          *TLSConfig    `hcl:"tls,block"`
+	ACL          *ACLConfig    `hcl:"acl,block"`
 	// Plugins configure task drivers: plugin "raw_exec" { config { ... } }.
 	Plugins []*PluginConfig `hcl:"plugin,block"`
 
 	// DevMode runs server and client in one process with in-memory Raft.
 	DevMode bool
 }
+
+// ACLConfig turns ACLs on (docs/acl.md). Every agent of a cluster, servers
+// and clients, should have the same setting.
+type ACLConfig struct {
+	Enabled bool `hcl:"enabled,optional"`
+	// TokenTTL bounds how long a resolved token is cached (a duration);
+	// writes to tokens or policies empty the cache anyway.
+	TokenTTL string `hcl:"token_ttl,optional"`
+}
+
+// aclEnabled reports whether the config turns ACLs on.
+func (c *Config) aclEnabled() bool { return c.ACL != nil && c.ACL.Enabled }
 
 // Ports are the agent's listening ports.
 type Ports struct {
@@ -285,6 +298,9 @@ func (c *Config) validateDurations(body hcl.Body) hcl.Diagnostics {
 			checks = append(checks, check(j.RetryInterval, true, "server", "server_join", "retry_interval"))
 		}
 	}
+	if a := c.ACL; a != nil {
+		checks = append(checks, check(a.TokenTTL, true, "acl", "token_ttl"))
+	}
 	if cl := c.Client; cl != nil {
 		checks = append(checks, check(cl.CSINodeCallTimeout, true, "client", "csi_node_call_timeout"))
 	}
@@ -336,6 +352,15 @@ func (c *Config) Merge(o *Config) *Config {
 	r.LeaveOnTerminate = r.LeaveOnTerminate || o.LeaveOnTerminate
 	r.InsecureBind = r.InsecureBind || o.InsecureBind
 	r.Plugins = append(append([]*PluginConfig(nil), r.Plugins...), o.Plugins...)
+	if o.ACL != nil {
+		a := ACLConfig{}
+		if r.ACL != nil {
+			a = *r.ACL
+		}
+		a.Enabled = a.Enabled || o.ACL.Enabled
+		setStr(&a.TokenTTL, o.ACL.TokenTTL)
+		r.ACL = &a
+	}
 	if o.Ports != nil {
 		p := *r.Ports
 		setInt(&p.HTTP, o.Ports.HTTP)

@@ -101,6 +101,7 @@ func NewHTTPServer(a *Agent, ln net.Listener, logger hclog.Logger) *HTTPServer {
 	s.addWorkloadRoutes()
 	s.addCSIRoutes()
 	s.addCSICreateRoutes()
+	s.addACLRoutes()
 	s.srv = &http.Server{
 		Handler:           s,
 		ReadHeaderTimeout: 10 * time.Second,
@@ -160,7 +161,7 @@ func (s *HTTPServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			"status", rec.status, "duration", time.Since(start), "remote", r.RemoteAddr)
 	}()
 
-	methods := s.match(r.URL.EscapedPath())
+	route, methods := s.match(r.URL.EscapedPath())
 	if methods == nil {
 		s.writeError(rec, &codedError{code: http.StatusNotFound, msg: "Invalid URL path " + strconv.Quote(r.URL.Path)})
 		return
@@ -180,6 +181,10 @@ func (s *HTTPServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.writeError(rec, err)
 		return
 	}
+	if err := s.authorizeHTTP(r, route); err != nil {
+		s.writeError(rec, err)
+		return
+	}
 	obj, err := h(rec, r)
 	switch {
 	case err != nil:
@@ -195,7 +200,7 @@ func (s *HTTPServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // or as subRoute(prefix, sub).
 var idPrefixes = []string{
 	nodePathPrefix, jobPathPrefix, allocPathPrefix, evalPathPrefix, logsPathPrefix,
-	csiVolumePathPrefix, csiPluginPathPrefix,
+	csiVolumePathPrefix, csiPluginPathPrefix, aclPolicyPathPrefix, aclTokenPathPrefix,
 }
 
 // idPrefixKinds names the kind of ID each ID route takes, for
@@ -208,6 +213,8 @@ var idPrefixKinds = map[string]string{
 	logsPathPrefix:      structs.IDKindAlloc,
 	csiVolumePathPrefix: structs.IDKindVolume,
 	csiPluginPathPrefix: structs.IDKindPlugin,
+	aclPolicyPathPrefix: structs.IDKindACLPolicy,
+	aclTokenPathPrefix:  structs.IDKindACLToken,
 }
 
 // checkPathID refuses, as a 400 naming it, an ID in the (escaped) path
@@ -233,9 +240,9 @@ func checkPathID(path string) error {
 // subRoute is the routes key of a sub-resource of an ID route.
 func subRoute(prefix, sub string) string { return prefix + "*/" + sub }
 
-// match returns the handlers for the (escaped) path, or nil when there is
-// no such route.
-func (s *HTTPServer) match(path string) map[string]handlerFunc {
+// match returns the route key and handlers for the (escaped) path, or
+// nil handlers when there is no such route.
+func (s *HTTPServer) match(path string) (string, map[string]handlerFunc) {
 	for _, prefix := range idPrefixes {
 		rest, ok := strings.CutPrefix(path, prefix)
 		if !ok {
@@ -244,15 +251,16 @@ func (s *HTTPServer) match(path string) map[string]handlerFunc {
 		id, sub, hasSub := strings.Cut(rest, "/")
 		switch {
 		case id == "":
-			return nil
+			return "", nil
 		case !hasSub:
-			return s.routes[prefix]
+			return prefix, s.routes[prefix]
 		case sub == "" || strings.Contains(sub, "/"):
-			return nil
+			return "", nil
 		}
-		return s.routes[subRoute(prefix, sub)]
+		key := subRoute(prefix, sub)
+		return key, s.routes[key]
 	}
-	return s.routes[path]
+	return path, s.routes[path]
 }
 
 // pathID returns the unescaped ID segment that follows prefix in r's
@@ -332,6 +340,10 @@ func errorStatus(err error) (int, string) {
 	case errors.Is(err, structs.ErrEventsDropped):
 		return http.StatusGone, err.Error()
 	case errors.Is(err, structs.ErrPermissionDenied):
+		// An ACL denial answers Nomad's text; other denials say why.
+		if err.Error() == structs.ErrPermissionDenied.Error() {
+			return http.StatusForbidden, "Permission denied"
+		}
 		return http.StatusForbidden, err.Error()
 	case errors.Is(err, structs.ErrUnknownNode), errors.Is(err, structs.ErrNotFound):
 		return http.StatusNotFound, err.Error()
@@ -439,7 +451,7 @@ func (s *HTTPServer) rpc(r *http.Request, method string, args, reply any) error 
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 	done := make(chan error, 1)
-	go func() { done <- s.agent.RPCContext(ctx, method, args, reply) }()
+	go func() { done <- s.agent.callerRPC(ctx, method, args, reply) }()
 	select {
 	case err := <-done:
 		return err

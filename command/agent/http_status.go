@@ -117,7 +117,7 @@ func (s *HTTPServer) toAgentMember(m *structs.ServerMember) *agentMember {
 
 // members asks the cluster for its servers.
 func (s *HTTPServer) members(r *http.Request) (*structs.ServerMembersResponse, error) {
-	args := structs.GenericRequest{QueryOptions: structs.QueryOptions{Region: s.agent.config.Region}}
+	args := structs.GenericRequest{QueryOptions: structs.QueryOptions{Region: s.agent.config.Region, AuthToken: r.Header.Get("X-Nomad-Token")}}
 	var reply structs.ServerMembersResponse
 	if err := s.rpc(r, "Status.Members", &args, &reply); err != nil {
 		return nil, err
