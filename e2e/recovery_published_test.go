@@ -105,6 +105,12 @@ func TestRecovery_RestoreUnpublishesUnclaimedAttachment(t *testing.T) {
 
 	cc.restoreOnLeader(t, snap)
 	WaitFor(t, csiSettle, func() error {
+		if nodes := publishedNodes(t, cc.Sockets["client-0"], exts[0]); len(nodes) != 0 {
+			return fmt.Errorf("vol[0] is still published to %v, with no claim and no allocation using it", nodes)
+		}
+		return nil
+	})
+	WaitFor(t, csiSettle, func() error {
 		if n := cc.serverLogCount("restore reconcile: provider attachments checked"); n == 0 {
 			return fmt.Errorf("the leader has not finished its restore reconcile")
 		}
