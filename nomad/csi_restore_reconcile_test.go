@@ -1,8 +1,10 @@
 package nomad
 
 import (
+	"context"
 	"testing"
 
+	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/shoenig/test/must"
 
 	"github.com/roamhq/roam/structs"
@@ -65,4 +67,71 @@ func TestPublishedAction_String(t *testing.T) {
 	for a := publishedNotListed; a <= publishedUnpublish; a++ {
 		must.StrNotContains(t, a.String(), "publishedAction(")
 	}
+}
+
+// publishedTo lists the provider nodes ext is published to.
+func (f *csiFixture) publishedTo(t *testing.T, ext string) []string {
+	t.Helper()
+	resp, err := f.plugin.ListVolumes(context.Background(), &csi.ListVolumesRequest{})
+	must.NoError(t, err)
+	for _, e := range resp.GetEntries() {
+		if e.GetVolume().GetVolumeId() == ext {
+			return e.GetStatus().GetPublishedNodeIds()
+		}
+	}
+	t.Fatalf("volume %s not listed", ext)
+	return nil
+}
+
+// publishDirect publishes ext to the provider node outside Roam.
+func (f *csiFixture) publishDirect(t *testing.T, ext, providerNode string) {
+	t.Helper()
+	_, err := f.plugin.ControllerPublishVolume(context.Background(), &csi.ControllerPublishVolumeRequest{
+		VolumeId: ext, NodeId: providerNode,
+		VolumeCapability: &csi.VolumeCapability{
+			AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{}},
+			AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER},
+		},
+	})
+	must.NoError(t, err)
+}
+
+// A pass over the real hostpath plugin: an attachment no claim explains,
+// on a node that uses nothing of it, is unpublished; one a claim explains
+// is left alone.
+func TestRestoreReconcile_Pass(t *testing.T) {
+	f := newCSIFixture(t)
+	p, err := f.srv.State().CSIPluginByID(nil, "hostpath")
+	must.NoError(t, err)
+	must.True(t, canListPublished(p), must.Sprint("the hostpath plugin's controller does not list published nodes"))
+
+	stray := f.volume(t, "stray")
+	kept := f.volume(t, "kept")
+	f.publishDirect(t, stray.ExternalID, "node-a")
+	a := f.alloc(t, f.nodeB.ID)
+	_, err = f.claim(kept.ID, a.ID, structs.CSIVolumeClaimStateTaken, f.nodeB.SecretID)
+	must.NoError(t, err)
+	must.Eq(t, []string{"node-a"}, f.publishedTo(t, stray.ExternalID))
+	must.Eq(t, []string{"node-b"}, f.publishedTo(t, kept.ExternalID))
+
+	r := &restoreReconcile{s: f.srv, done: map[attachKey]bool{}}
+	must.EqOp(t, 0, r.pass(context.Background()))
+	must.SliceEmpty(t, f.publishedTo(t, stray.ExternalID))
+	must.Eq(t, []string{"node-b"}, f.publishedTo(t, kept.ExternalID))
+}
+
+// The unpublish reads the claims again in the plugin's lane: a claim made
+// for the node after the decision keeps the attachment.
+func TestRestoreReconcile_ClaimAppearedInLane(t *testing.T) {
+	f := newCSIFixture(t)
+	vol := f.volume(t, "data") // as the decision saw it: no claim
+	a := f.alloc(t, f.nodeB.ID)
+	_, err := f.claim(vol.ID, a.ID, structs.CSIVolumeClaimStateTaken, f.nodeB.SecretID)
+	must.NoError(t, err)
+	must.Eq(t, []string{"node-b"}, f.publishedTo(t, vol.ExternalID))
+
+	r := &restoreReconcile{s: f.srv, done: map[attachKey]bool{}}
+	err = r.unpublish(context.Background(), vol, f.nodeB.ID, "node-b")
+	must.ErrorIs(t, err, errClaimAppeared)
+	must.Eq(t, []string{"node-b"}, f.publishedTo(t, vol.ExternalID))
 }
