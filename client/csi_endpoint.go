@@ -268,3 +268,16 @@ func (e *ClientCSI) nodeDetachVolume(ctx context.Context, args *structs.ClientCS
 	}
 	return e.vols.detach(ctx, args)
 }
+
+// NodeVolumeUsers says which allocations here have a volume published,
+// and whether it is staged. It calls no plugin and changes nothing. The
+// leader asks before it unpublishes, at the provider, a volume this node
+// holds that no claim in its state explains (a restored snapshot older
+// than the attachment).
+func (e *ClientCSI) NodeVolumeUsers(args *structs.ClientCSINodeVolumeUsersRequest, reply *structs.ClientCSINodeVolumeUsersResponse) error {
+	if e.vols == nil {
+		return nil
+	}
+	reply.AllocIDs, reply.Staged = e.vols.users(args.PluginID, args.VolumeID)
+	return nil
+}

@@ -214,6 +214,8 @@ func csiControllerInfo(resp *csi.ControllerGetCapabilitiesResponse) *structs.CSI
 			info.SupportsAttachDetach = true
 		case csi.ControllerServiceCapability_RPC_LIST_VOLUMES:
 			info.SupportsListVolumes = true
+		case csi.ControllerServiceCapability_RPC_LIST_VOLUMES_PUBLISHED_NODES:
+			info.SupportsListVolumesAttachedNodes = true
 		case csi.ControllerServiceCapability_RPC_CREATE_DELETE_SNAPSHOT:
 			info.SupportsCreateSnapshot = true
 		case csi.ControllerServiceCapability_RPC_LIST_SNAPSHOTS:

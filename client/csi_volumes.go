@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -561,4 +562,36 @@ func (m *csiVolumeManager) detach(ctx context.Context, args *structs.ClientCSINo
 		m.mu.Unlock()
 	}
 	return nil
+}
+
+// users returns, sorted, the allocations that have the volume published
+// here (recorded mounts, and holders of the volume's turn), and whether it
+// is staged. A volume whose turn another operation holds right now
+// (a mount or unmount in progress) counts as used.
+func (m *csiVolumeManager) users(pluginID, volumeID string) (allocIDs []string, staged bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	seen := map[string]bool{}
+	for allocID, mounts := range m.allocs {
+		for _, mnt := range mounts {
+			if mnt.PluginID == pluginID && mnt.VolumeID == volumeID {
+				seen[allocID] = true
+			}
+		}
+	}
+	if u := m.volumes[pluginID+"/"+volumeID]; u != nil {
+		// users and staged are guarded by the volume's turn, not by mu;
+		// a busy turn is reported as staged rather than read under a race.
+		select {
+		case u.sem <- struct{}{}:
+			staged = u.staged
+			for id := range u.users {
+				seen[id] = true
+			}
+			<-u.sem
+		default:
+			staged = true
+		}
+	}
+	return slices.Sorted(maps.Keys(seen)), staged
 }

@@ -27,6 +27,8 @@ type csiFixture struct {
 	stateDir string
 	nodeB    *structs.Node
 	plugin   csi.ControllerClient
+	// client is client A.
+	client *client.Client
 }
 
 func startPlugin(t *testing.T, stateDir, nodeID string, mode hostpath.Mode) *hostpath.Plugin {
@@ -90,7 +92,7 @@ func newCSIFixture(t *testing.T) *csiFixture {
 	conn, err := grpc.NewClient(pa.Endpoint(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	must.NoError(t, err)
 	t.Cleanup(func() { conn.Close() })
-	return &csiFixture{srv: s, stateDir: stateDir, nodeB: nodeB, plugin: csi.NewControllerClient(conn)}
+	return &csiFixture{srv: s, stateDir: stateDir, nodeB: nodeB, plugin: csi.NewControllerClient(conn), client: c}
 }
 
 // volume creates a volume in the plugin and registers it.

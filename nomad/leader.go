@@ -96,6 +96,13 @@ func (s *Server) establishLeadership(newTerm bool) {
 		defer s.leaderWG.Done()
 		s.runVolumeWatcher(ctx)
 	}()
+	if s.reconcileRestored.Swap(false) {
+		s.leaderWG.Add(1)
+		go func() {
+			defer s.leaderWG.Done()
+			s.runRestoreReconcile(ctx)
+		}()
+	}
 	s.broker.setEnabled(true)
 	if f := s.config.leaderDutyFault; f != nil {
 		if err := f(); err != nil {

@@ -176,6 +176,9 @@ func (s *Server) RestoreSnapshotFile(file []byte) (*structs.SnapshotRestoreRespo
 		return nil, fmt.Errorf("restore snapshot through raft: %w", err)
 	}
 	metrics.MeasureSince([]string{"snapshot", "restore"}, start)
+	// Claims are reconciled, not replayed: the duties that start next also
+	// compare what the plugins say is published with the restored claims.
+	s.reconcileRestored.Store(true)
 	restored := s.raft.LastIndex()
 	s.logger.Info("snapshot restored", "snapshot_index", hdr.Index, "snapshot_term", hdr.Term,
 		"restored_index", restored, "counts", hdr.Counts, "duration", time.Since(start))

@@ -89,6 +89,10 @@ type Server struct {
 	// one runs, so nothing starts the leader's duties again meanwhile.
 	handoffMu  sync.Mutex
 	handingOff atomic.Bool
+	// reconcileRestored is set by a snapshot restore: the duties that
+	// start next check the provider's attachments against the restored
+	// claims (runRestoreReconcile).
+	reconcileRestored atomic.Bool
 	// leaderChangeCh is closed and replaced whenever the observed leader
 	// changes, waking requests that are waiting for one.
 	leaderChangeMu sync.Mutex

@@ -175,3 +175,25 @@ type ClientCSINodeDetachVolumeRequest struct {
 
 // ClientCSINodeDetachVolumeResponse is empty.
 type ClientCSINodeDetachVolumeResponse struct{}
+
+// ClientCSINodeVolumeUsersRequest asks a client which of its allocations
+// use a volume on the node right now. The leader asks before it
+// unpublishes a provider attachment that no claim explains (after a
+// snapshot restore).
+type ClientCSINodeVolumeUsersRequest struct {
+	PluginID string
+	VolumeID string // Roam's volume ID
+}
+
+// ClientCSINodeVolumeUsersResponse names the allocations that have the
+// volume published on the node, and whether it is staged there. Either
+// means the node still uses it.
+type ClientCSINodeVolumeUsersResponse struct {
+	AllocIDs []string
+	Staged   bool
+}
+
+// InUse says whether the node still uses the volume.
+func (r *ClientCSINodeVolumeUsersResponse) InUse() bool {
+	return len(r.AllocIDs) > 0 || r.Staged
+}

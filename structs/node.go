@@ -55,14 +55,17 @@ type CSIInfo struct {
 
 // CSIControllerInfo is what a controller instance can do.
 type CSIControllerInfo struct {
-	SupportsCreateDelete   bool
-	SupportsAttachDetach   bool
-	SupportsListVolumes    bool
-	SupportsCreateSnapshot bool
-	SupportsListSnapshots  bool
-	SupportsExpand         bool
-	SupportsReadOnlyAttach bool
-	SupportsClone          bool
+	SupportsCreateDelete bool
+	SupportsAttachDetach bool
+	SupportsListVolumes  bool
+	// SupportsListVolumesAttachedNodes: ListVolumes names the nodes each
+	// volume is published to (LIST_VOLUMES_PUBLISHED_NODES).
+	SupportsListVolumesAttachedNodes bool
+	SupportsCreateSnapshot           bool
+	SupportsListSnapshots            bool
+	SupportsExpand                   bool
+	SupportsReadOnlyAttach           bool
+	SupportsClone                    bool
 }
 
 // CSINodeInfo is what a node instance reports of its node.
