@@ -160,6 +160,10 @@ func (s *HTTPServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			"status", rec.status, "duration", time.Since(start), "remote", r.RemoteAddr)
 	}()
 
+	if p := r.URL.Path; p == "/" || p == "/ui" || strings.HasPrefix(p, uiPathPrefix) {
+		s.serveUI(rec, r)
+		return
+	}
 	methods := s.match(r.URL.EscapedPath())
 	if methods == nil {
 		s.writeError(rec, &codedError{code: http.StatusNotFound, msg: "Invalid URL path " + strconv.Quote(r.URL.Path)})

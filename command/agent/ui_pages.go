@@ -1,0 +1,222 @@
+package agent
+
+import (
+	"bytes"
+	"fmt"
+	"html/template"
+	"net/http"
+	"net/url"
+	"sort"
+	"time"
+
+	"github.com/roamhq/roam/structs"
+)
+
+// uiTemplates are the page contents, each named after its page.
+var uiTemplates = template.Must(template.New("ui").Funcs(template.FuncMap{
+	"yesno": func(b bool) string {
+		if b {
+			return "yes"
+		}
+		return "no"
+	},
+	"bytes":    humanBytes,
+	"pathesc":  url.PathEscape,
+	"unixnano": func(n int64) string { return time.Unix(0, n).UTC().Format("15:04:05.000") },
+}).Parse(`
+{{define "volumes"}}
+<p class="summary">{{len .}} volume{{if ne (len .) 1}}s{{end}}</p>
+{{if .}}
+<table class="list" aria-label="Volumes">
+<thead><tr><th scope="col">ID</th><th scope="col">Name</th><th scope="col">Plugin</th><th scope="col">Schedulable</th><th scope="col">Access mode</th><th scope="col">Attachment</th><th scope="col">Claims (read / write)</th></tr></thead>
+<tbody>
+{{range .}}<tr data-volume="{{.ID}}"><td><a href="/ui/volume/{{pathesc .ID}}">{{.ID}}</a></td><td>{{.Name}}</td><td>{{.PluginID}}</td><td>{{if .Schedulable}}<span class="st ok">✓ yes</span>{{else}}<span class="st bad">✗ no</span>{{end}}</td><td>{{.AccessMode}}</td><td>{{.AttachmentMode}}</td><td>{{.CurrentReaders}} / {{.CurrentWriters}}</td></tr>
+{{end}}</tbody>
+</table>
+{{else}}<p class="empty">No volumes yet. Create one with <code>roam volume create</code>.</p>{{end}}
+{{end}}
+
+{{define "volume"}}
+<dl class="facts">
+<dt>ID</dt><dd>{{.V.ID}}</dd>
+<dt>Name</dt><dd>{{.V.Name}}</dd>
+<dt>External ID</dt><dd><code>{{.V.ExternalID}}</code></dd>
+<dt>Plugin</dt><dd><a href="/ui/plugins">{{.V.PluginID}}</a> {{if .V.Provider}}({{.V.Provider}} {{.V.ProviderVersion}}){{end}}</dd>
+<dt>Schedulable</dt><dd>{{if .V.Schedulable}}<span class="st ok">✓ yes</span>{{else}}<span class="st bad">✗ no</span>{{end}}
+ — controllers {{.V.ControllersHealthy}}/{{.V.ControllersExpected}}, nodes {{.V.NodesHealthy}}/{{.V.NodesExpected}} healthy</dd>
+<dt>Access mode</dt><dd>{{.V.AccessMode}} / {{.V.AttachmentMode}}</dd>
+<dt>Capacity</dt><dd>{{bytes .V.Capacity}}{{if .V.RequestedCapacityMin}} (requested {{bytes .V.RequestedCapacityMin}}{{if .V.RequestedCapacityMax}} – {{bytes .V.RequestedCapacityMax}}{{end}}){{end}}</dd>
+<dt>Topology</dt><dd>{{range .V.Topologies}}<span class="chip">{{range $k, $v := .Segments}}{{$k}}={{$v}} {{end}}</span>{{else}}none{{end}}</dd>
+{{if .V.SnapshotID}}<dt>From snapshot</dt><dd><code>{{.V.SnapshotID}}</code></dd>{{end}}
+{{if .V.CloneID}}<dt>Cloned from</dt><dd><code>{{.V.CloneID}}</code></dd>{{end}}
+<dt>Index</dt><dd>created {{.V.CreateIndex}}, modified {{.V.ModifyIndex}}</dd>
+</dl>
+<h2 id="claims-h">Claims</h2>
+{{if .V.Claims}}
+<table class="list" aria-labelledby="claims-h">
+<thead><tr><th scope="col">Allocation</th><th scope="col">Node</th><th scope="col">Mode</th><th scope="col">State</th><th scope="col">Progress</th><th scope="col">Since</th></tr></thead>
+<tbody>
+{{range .V.Claims}}<tr data-claim="{{.AllocationID}}" data-claim-state="{{.State}}" data-claim-node="{{.NodeID}}" data-claim-mode="{{.Mode}}">
+<td><code>{{.AllocationID}}</code></td><td><code>{{.NodeID}}</code></td><td>{{.Mode}}</td>
+<td><span class="st claim-{{.State}}">{{.State}}</span></td>
+<td><ol class="steps" aria-label="claim progress">{{$cur := .State}}{{range $.Steps}}<li{{if eq . $cur}} class="cur" aria-current="step"{{end}}>{{.}}</li>{{end}}</ol></td>
+<td>{{if .UpdatedAt}}{{unixnano .UpdatedAt}} UTC{{end}}</td></tr>
+{{end}}</tbody>
+</table>
+{{else}}<p class="empty" id="no-claims">No claims: the volume is free.</p>{{end}}
+<h2 id="timeline-h">Claim timeline</h2>
+<p class="hint">Each claim's states as this page saw them: <code>publishing → taken → unpublishing → node-detached → controller-detached → freed</code>.</p>
+<ol id="claim-timeline" class="timeline" aria-labelledby="timeline-h"></ol>
+{{end}}
+
+{{define "plugins"}}
+{{if .Plugins}}
+<table class="list" aria-label="Plugins">
+<thead><tr><th scope="col">ID</th><th scope="col">Provider</th><th scope="col">Controllers healthy / expected</th><th scope="col">Nodes healthy / expected</th><th scope="col">Health</th></tr></thead>
+<tbody>
+{{range .Plugins}}<tr data-plugin="{{.ID}}"><td>{{.ID}}</td><td>{{.Provider}}</td>
+<td>{{if .ControllerRequired}}{{.ControllersHealthy}} / {{.ControllersExpected}}{{else}}not required{{end}}</td>
+<td>{{.NodesHealthy}} / {{.NodesExpected}}</td>
+<td>{{if and (gt .NodesHealthy 0) (or (not .ControllerRequired) (gt .ControllersHealthy 0))}}<span class="st ok">✓ healthy</span>{{else}}<span class="st bad">✗ unhealthy</span>{{end}}</td></tr>
+{{end}}</tbody>
+</table>
+{{else}}<p class="empty">No plugins have reported yet.</p>{{end}}
+{{end}}
+
+{{define "cluster"}}
+<h2 id="servers-h">Servers</h2>
+<table class="list" aria-labelledby="servers-h">
+<thead><tr><th scope="col">Name</th><th scope="col">Address</th><th scope="col">Status</th><th scope="col">Role</th><th scope="col">Voter</th></tr></thead>
+<tbody>
+{{range .Members}}<tr data-server="{{.Name}}"{{if .Leader}} data-leader="true"{{end}}><td>{{.Name}}</td><td><code>{{.Addr}}</code></td>
+<td>{{if eq .Status "alive"}}<span class="st ok">✓ alive</span>{{else}}<span class="st bad">✗ {{.Status}}</span>{{end}}</td>
+<td>{{if .Leader}}<span class="st leader">★ leader</span>{{else}}follower{{end}}</td><td>{{yesno .Voter}}</td></tr>
+{{end}}</tbody>
+</table>
+{{if not .KnownLeader}}<p class="notice error" role="alert" id="no-leader"><strong>No leader</strong> right now: the servers are electing one.</p>{{end}}
+<h2 id="peers-h">Raft peers</h2>
+{{if .PeersErr}}<p class="notice error">{{.PeersErr}}</p>{{else}}
+<table class="list" aria-labelledby="peers-h">
+<thead><tr><th scope="col">Node</th><th scope="col">ID</th><th scope="col">Address</th><th scope="col">Leader</th><th scope="col">Voter</th><th scope="col">Healthy</th></tr></thead>
+<tbody>
+{{range .Peers}}<tr><td>{{.Node}}</td><td><code>{{.ID}}</code></td><td><code>{{.Address}}</code></td><td>{{yesno .Leader}}</td><td>{{yesno .Voter}}</td><td>{{yesno .Healthy}}</td></tr>
+{{end}}</tbody>
+</table>{{end}}
+<h2 id="nodes-h">Nodes</h2>
+{{if .Nodes}}
+<table class="list" aria-labelledby="nodes-h">
+<thead><tr><th scope="col">Name</th><th scope="col">ID</th><th scope="col">Address</th><th scope="col">Status</th><th scope="col">Eligibility</th><th scope="col">Drain</th></tr></thead>
+<tbody>
+{{range .Nodes}}<tr data-node="{{.ID}}"><td>{{.Name}}</td><td><code>{{.ID}}</code></td><td><code>{{.Address}}</code></td>
+<td>{{if eq .Status "ready"}}<span class="st ok">✓ ready</span>{{else}}<span class="st bad">✗ {{.Status}}</span>{{end}}</td>
+<td>{{.SchedulingEligibility}}</td><td>{{if .Drain}}<span class="st warn">draining</span>{{else}}no{{end}}</td></tr>
+{{end}}</tbody>
+</table>
+{{else}}<p class="empty">No client nodes have registered.</p>{{end}}
+{{end}}
+`))
+
+// uiExec renders the named content template.
+func uiExec(name string, data any) (template.HTML, error) {
+	var buf bytes.Buffer
+	if err := uiTemplates.ExecuteTemplate(&buf, name, data); err != nil {
+		return "", fmt.Errorf("render ui %s: %w", name, err)
+	}
+	return template.HTML(buf.String()), nil // #nosec: html/template escaped it
+}
+
+// uiClaimSteps are a claim's states in order, as the UI names them.
+var uiClaimSteps = []string{"publishing", "taken", "unpublishing", "node-detached", "controller-detached", "freed"}
+
+func (s *HTTPServer) uiVolumesPage() *uiPage {
+	const api = "/v1/volumes?type=csi"
+	return &uiPage{
+		Title: "Volumes", Topics: []string{structs.TopicCSIVolume, structs.TopicCSIPlugin}, APIs: []string{api},
+		render: func(r *http.Request) (template.HTML, error) {
+			obj, err := s.uiCall(r, s.csiVolumesList, api)
+			if err != nil {
+				return "", err
+			}
+			return uiExec("volumes", obj)
+		},
+	}
+}
+
+func (s *HTTPServer) uiVolumePage(id string) *uiPage {
+	api := csiVolumePathPrefix + url.PathEscape(id)
+	return &uiPage{
+		Title: "Volume " + id, Topics: []string{structs.TopicCSIVolume + ":" + id}, APIs: []string{api},
+		render: func(r *http.Request) (template.HTML, error) {
+			obj, err := s.uiCall(r, s.csiVolumeGet, api)
+			if err != nil {
+				return "", err
+			}
+			return uiExec("volume", map[string]any{"V": obj, "Steps": uiClaimSteps})
+		},
+	}
+}
+
+func (s *HTTPServer) uiPluginsPage() *uiPage {
+	const api = "/v1/plugins?type=csi"
+	return &uiPage{
+		Title: "Plugins", Topics: []string{structs.TopicCSIPlugin}, APIs: []string{api},
+		render: func(r *http.Request) (template.HTML, error) {
+			obj, err := s.uiCall(r, s.csiPluginsList, api)
+			if err != nil {
+				return "", err
+			}
+			return uiExec("plugins", map[string]any{"Plugins": obj})
+		},
+	}
+}
+
+func (s *HTTPServer) uiClusterPage() *uiPage {
+	const (
+		membersAPI = "/v1/agent/members"
+		raftAPI    = "/v1/operator/raft/configuration"
+		nodesAPI   = "/v1/nodes"
+	)
+	return &uiPage{
+		Title: "Cluster", APIs: []string{membersAPI, raftAPI, nodesAPI},
+		render: func(r *http.Request) (template.HTML, error) {
+			members, err := s.members(r)
+			if err != nil {
+				return "", err
+			}
+			ms := append([]*structs.ServerMember(nil), members.Members...)
+			sort.Slice(ms, func(i, j int) bool { return ms[i].Name < ms[j].Name })
+			known := false
+			for _, m := range ms {
+				known = known || m.Leader
+			}
+			data := map[string]any{"Members": ms, "KnownLeader": known}
+			// Peers need a leader's answer; without one the page still
+			// shows the servers and says so.
+			if obj, err := s.uiCall(r, s.raftConfiguration, raftAPI+"?stale"); err != nil {
+				data["PeersErr"] = "Raft peers unavailable: " + err.Error()
+			} else {
+				data["Peers"] = obj.(*structs.RaftConfigurationResponse).Servers
+			}
+			nodes, err := s.uiCall(r, s.nodesList, nodesAPI+"?stale")
+			if err != nil {
+				return "", err
+			}
+			data["Nodes"] = nodes
+			return uiExec("cluster", data)
+		},
+	}
+}
+
+// humanBytes renders a byte count in binary units.
+func humanBytes(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
