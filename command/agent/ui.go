@@ -35,7 +35,9 @@ const maxUIPathLen = 512
 // refreshes on (empty: it refreshes once a second), the API URLs it reads,
 // and the function that renders its content.
 type uiPage struct {
-	Title  string
+	Title string
+	// Volume is the volume a volume page shows, for its claim timeline.
+	Volume string
 	Topics []string
 	APIs   []string
 	render func(r *http.Request) (template.HTML, error)
@@ -76,9 +78,9 @@ var uiShell = template.Must(template.New("shell").Parse(`<!DOCTYPE html>
 <button type="button" id="token-clear">Clear</button>
 </form>
 </header>
-<main id="content" tabindex="-1" data-topics="{{.Topics}}" data-status="{{.Status}}">
+<main id="content" tabindex="-1" data-topics="{{.Topics}}" data-status="{{.Status}}"{{if .Volume}} data-volume="{{.Volume}}"{{end}}>
 <h1>{{.Title}}</h1>
-<p class="api">API: {{range $i, $u := .APIs}}{{if $i}}, {{end}}<a href="{{$u}}"><code>{{$u}}</code></a>{{end}}
+<p class="api"><span>API:</span> {{range .APIs}}<a href="{{.}}"><code>{{.}}</code></a> {{end}}
 <span id="live" class="live" role="status" aria-live="polite">{{if .Topics}}live: event stream{{else}}live: refresh every 1 s{{end}}</span></p>
 <div id="page">{{.Body}}</div>
 </main>
@@ -149,7 +151,7 @@ func (s *HTTPServer) serveUI(w http.ResponseWriter, r *http.Request) {
 	var buf bytes.Buffer
 	err = uiShell.Execute(&buf, map[string]any{
 		"Title": page.Title, "Nav": nav, "APIs": page.APIs, "Body": body,
-		"Topics": strings.Join(page.Topics, " "), "Status": status,
+		"Topics": strings.Join(page.Topics, " "), "Status": status, "Volume": page.Volume,
 	})
 	if err != nil {
 		s.writeError(w, fmt.Errorf("render ui page: %w", err))

@@ -145,7 +145,7 @@ func (s *HTTPServer) uiVolumesPage() *uiPage {
 func (s *HTTPServer) uiVolumePage(id string) *uiPage {
 	api := csiVolumePathPrefix + url.PathEscape(id)
 	return &uiPage{
-		Title: "Volume " + id, Topics: []string{structs.TopicCSIVolume + ":" + id}, APIs: []string{api},
+		Title: "Volume " + id, Volume: id, Topics: []string{structs.TopicCSIVolume + ":" + id}, APIs: []string{api},
 		render: func(r *http.Request) (template.HTML, error) {
 			obj, err := s.uiCall(r, s.csiVolumeGet, api)
 			if err != nil {

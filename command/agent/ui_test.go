@@ -36,7 +36,7 @@ func TestUI_Routing(t *testing.T) {
 		body := string(res.body)
 		must.StrContains(t, body, `<main id="content"`)
 		must.StrContains(t, body, `aria-current="page"`)
-		must.StrContains(t, body, `API: <a href="/v1/`)
+		must.StrContains(t, body, `<span>API:</span> <a href="/v1/`)
 		// Nothing is fetched from anywhere but the agent.
 		must.StrNotContains(t, body, "http://")
 		must.StrNotContains(t, body, "https://")

@@ -26,33 +26,47 @@
   function setLive(text) { if (live) live.textContent = text; }
 
   // The claim timeline (volume page): every state each claim was seen in,
-  // and "freed" once a claim seen before is gone.
-  var seen = {};
+  // and "freed" once a claim seen before is gone. While the event stream
+  // is open it is built from the volume in each event, which carries every
+  // state the servers checkpointed; otherwise from each refreshed page.
+  var seen = null;
   var timeline = [];
+  var fromEvents = false;
+  var volumeID = main.getAttribute("data-volume") || "";
   function stamp() { return new Date().toISOString().slice(11, 23); }
-  function trackClaims() {
-    var list = document.getElementById("claim-timeline");
-    if (!list) return;
+  function observe(claims) {
     var now = {};
-    var rows = page.querySelectorAll("tr[data-claim]");
-    for (var i = 0; i < rows.length; i++) {
-      var id = rows[i].getAttribute("data-claim");
-      var st = rows[i].getAttribute("data-claim-state") || "freed";
-      now[id] = st;
-      if (seen[id] !== st) {
-        timeline.push({ t: stamp(), alloc: id, node: rows[i].getAttribute("data-claim-node"),
-          mode: rows[i].getAttribute("data-claim-mode"), state: st });
+    var first = seen === null;
+    seen = seen || {};
+    for (var i = 0; i < claims.length; i++) {
+      var c = claims[i];
+      var st = c.state || "freed";
+      now[c.alloc] = st;
+      if (seen[c.alloc] !== st) {
+        timeline.push({ t: stamp(), alloc: c.alloc, node: c.node, mode: c.mode, state: st, initial: first });
       }
     }
     for (var old in seen) {
-      if (!(old in now) && seen[old] !== "freed") {
-        timeline.push({ t: stamp(), alloc: old, state: "freed" });
-        now[old] = "freed";
-      } else if (!(old in now)) {
+      if (!(old in now)) {
+        if (seen[old] !== "freed") timeline.push({ t: stamp(), alloc: old, state: "freed" });
         now[old] = "freed";
       }
     }
     seen = now;
+    drawTimeline();
+  }
+  function claimsOnPage() {
+    var out = [];
+    var rows = page.querySelectorAll("tr[data-claim]");
+    for (var i = 0; i < rows.length; i++) {
+      out.push({ alloc: rows[i].getAttribute("data-claim"), state: rows[i].getAttribute("data-claim-state"),
+        node: rows[i].getAttribute("data-claim-node"), mode: rows[i].getAttribute("data-claim-mode") });
+    }
+    return out;
+  }
+  function drawTimeline() {
+    var list = document.getElementById("claim-timeline");
+    if (!list) return;
     list.textContent = "";
     for (var j = 0; j < timeline.length; j++) {
       var e = timeline[j];
@@ -62,8 +76,25 @@
       li.className = "claim-" + e.state;
       li.textContent = e.t + " UTC — alloc " + e.alloc.slice(0, 8) +
         (e.node ? " on node " + e.node.slice(0, 8) : "") + (e.mode ? " (" + e.mode + ")" : "") +
-        " → " + e.state;
+        " → " + e.state + (e.initial ? " (when the page opened)" : "");
       list.appendChild(li);
+    }
+  }
+  function trackClaims() {
+    if (!volumeID) return;
+    if (!fromEvents || seen === null) observe(claimsOnPage()); else drawTimeline();
+  }
+  function onEvents(frame) {
+    if (!volumeID || !frame.Events) return;
+    for (var i = 0; i < frame.Events.length; i++) {
+      var ev = frame.Events[i];
+      var v = ev.Payload && ev.Payload.Volume;
+      if (ev.Topic !== "CSIVolume" || !v || v.ID !== volumeID) continue;
+      var claims = (v.Claims || []).map(function (c) {
+        return { alloc: c.AllocationID, state: c.State, node: c.NodeID, mode: c.Mode };
+      });
+      if (ev.Type === "CSIVolumeDeregistered") claims = [];
+      observe(claims);
     }
   }
 
@@ -110,6 +141,7 @@
     fetch("/v1/event/stream?" + q, { headers: headers(), signal: ctl.signal }).then(function (resp) {
       if (!resp.ok || !resp.body) throw new Error("event stream answered " + resp.status);
       tick(false);
+      fromEvents = true;
       setLive("live: event stream");
       // Catch up on anything that changed before the stream opened.
       refresh();
@@ -124,13 +156,16 @@
           while ((nl = buf.indexOf("\n")) >= 0) {
             var line = buf.slice(0, nl).trim();
             buf = buf.slice(nl + 1);
-            if (line && line !== "{}") refresh();
+            if (!line || line === "{}") continue;
+            try { onEvents(JSON.parse(line)); } catch (e) { /* a partial or odd line: the refresh still shows the truth */ }
+            refresh();
           }
           return pump();
         });
       }
       return pump();
     }).catch(function (err) {
+      fromEvents = false;
       setLive("live: refresh every 1 s (" + err.message + ")");
       tick(true);
       setTimeout(follow, 5000);
