@@ -169,3 +169,64 @@ func TestUI_VolumesFirstPaint(t *testing.T) {
 		t.Fatalf("first paint with %d volumes took %.0f ms, want < 300 ms", n, best)
 	}
 }
+
+// TestUI_PluginLaneDepth: the plugins page shows a plugin's lane depth
+// rise above 0 while 10 claims queue on a plugin with publish latency,
+// and fall back to 0 once they have run.
+func TestUI_PluginLaneDepth(t *testing.T) {
+	a := startDevUI(t)
+	b := newBrowser(t)
+	base := a.HTTPAddr()
+	const slow = "slow"
+
+	// A second hostpath plugin whose controller publish takes 300 ms.
+	mustCLIAt(t, base, "job", "run", "-detach", writeTemp(t, "plugin.hcl",
+		csiPluginJob(roamBinary(t), slow, t.TempDir(), csiOpts{PublishLatency: 300 * time.Millisecond})))
+	WaitFor(t, settle, func() error {
+		var plug api.CSIPlugin
+		if err := GetJSON(base, "/v1/plugin/csi/"+slow, &plug); err != nil {
+			return err
+		}
+		if plug.NodesHealthy < 1 || plug.ControllersHealthy < 1 {
+			return fmt.Errorf("plugin %s not healthy yet", slow)
+		}
+		return nil
+	})
+	const n = 10
+	for i := range n {
+		id := fmt.Sprintf("slow-vol[%d]", i)
+		mustCLIAt(t, base, "volume", "create", writeTemp(t, fmt.Sprintf("v%d.hcl", i), fmt.Sprintf(`id        = %q
+type      = "csi"
+plugin_id = %q
+capability {
+  access_mode     = "single-node-writer"
+  attachment_mode = "file-system"
+}
+`, id, slow)))
+	}
+
+	b.navigate(base + "/ui/plugins")
+	must.NoError(t, b.waitJS(uiWait, `document.querySelector('tr[data-plugin="slow"]') !== null`))
+	must.NoError(t, b.waitJS(time.Second, `(window.__noReload = true)`))
+
+	mustCLIAt(t, base, "job", "run", "-detach", writeTemp(t, "job.hcl",
+		csiJob("lane-job", "service", n, "slow-vol", true, "", "sleep 3600")))
+	must.NoError(t, b.waitJS(uiWait, `(function () {
+  var r = document.querySelector('tr[data-lane="slow"]');
+  return r !== null && Number(r.getAttribute("data-depth")) > 0;
+})()`))
+	depth, err := evalJS[string](b, `document.querySelector('tr[data-lane="slow"]').getAttribute("data-depth")`)
+	must.NoError(t, err)
+	t.Logf("lane depth seen on the page: %s", depth)
+	b.checkLayout("plugins (queued)")
+	b.screenshot("ui-plugins-lane-queued")
+
+	must.NoError(t, b.waitJS(uiWait, `(function () {
+  var r = document.querySelector('tr[data-lane="slow"]');
+  return r !== null && r.getAttribute("data-depth") === "0" && r.getAttribute("data-inflight") === "0" &&
+    Number(r.cells[3].textContent) >= `+strconv.Itoa(n)+`;
+})()`))
+	must.NoError(t, b.waitJS(time.Second, `window.__noReload === true`), must.Sprint("the page reloaded"))
+	b.checkLayout("plugins (drained)")
+	b.screenshot("ui-plugins-lane-drained")
+}

@@ -22,6 +22,7 @@ var uiTemplates = template.Must(template.New("ui").Funcs(template.FuncMap{
 	},
 	"bytes":    humanBytes,
 	"pathesc":  url.PathEscape,
+	"lanechart": laneChart,
 	"unixnano": func(n int64) string { return time.Unix(0, n).UTC().Format("15:04:05.000") },
 }).Parse(`
 {{define "volumes"}}
@@ -81,6 +82,21 @@ var uiTemplates = template.Must(template.New("ui").Funcs(template.FuncMap{
 {{end}}</tbody>
 </table>
 {{else}}<p class="empty">No plugins have reported yet.</p>{{end}}
+<h2 id="lanes-h">Controller lanes (on the leader)</h2>
+<p class="hint">Destructive controller calls (publish, unpublish, delete, snapshot, expand) run one at a time per plugin, first come first served.</p>
+{{if .LanesErr}}<p class="notice error" role="alert">{{.LanesErr}}</p>
+{{else if .Lanes}}
+<table class="list" aria-labelledby="lanes-h">
+<thead><tr><th scope="col">Plugin</th><th scope="col">Depth now</th><th scope="col">In flight</th><th scope="col">Calls</th><th scope="col">Timeouts</th><th scope="col">Recent calls (ms, oldest first)</th></tr></thead>
+<tbody>
+{{range .Lanes}}<tr data-lane="{{.PluginID}}" data-depth="{{.Depth}}" data-inflight="{{.InFlight}}"><td>{{.PluginID}}</td>
+<td><span class="num{{if .Depth}} busy{{end}}">{{.Depth}}</span>{{if .Depth}} queued{{end}}</td>
+<td>{{.InFlight}}</td><td>{{.Calls}}</td>
+<td>{{if .Timeouts}}<span class="st bad">✗ {{.Timeouts}}</span>{{else}}0{{end}}</td>
+<td>{{lanechart .}}</td></tr>
+{{end}}</tbody>
+</table>
+{{else}}<p class="empty" id="no-lanes">No controller calls since this leader took over.</p>{{end}}
 {{end}}
 
 {{define "cluster"}}
@@ -158,16 +174,64 @@ func (s *HTTPServer) uiVolumePage(id string) *uiPage {
 
 func (s *HTTPServer) uiPluginsPage() *uiPage {
 	const api = "/v1/plugins?type=csi"
+	// No event describes a lane's queue, so the page refreshes once a
+	// second rather than on events.
 	return &uiPage{
-		Title: "Plugins", Topics: []string{structs.TopicCSIPlugin}, APIs: []string{api},
+		Title: "Plugins", APIs: []string{api, csiLanesPath},
 		render: func(r *http.Request) (template.HTML, error) {
 			obj, err := s.uiCall(r, s.csiPluginsList, api)
 			if err != nil {
 				return "", err
 			}
-			return uiExec("plugins", map[string]any{"Plugins": obj})
+			data := map[string]any{"Plugins": obj}
+			if lanes, err := s.uiCall(r, s.csiLanes, csiLanesPath); err != nil {
+				data["LanesErr"] = "Lanes unavailable: " + err.Error()
+			} else {
+				data["Lanes"] = lanes
+			}
+			return uiExec("plugins", data)
 		},
 	}
+}
+
+// laneChart draws a lane's recent call durations as a small bar chart,
+// with each bar's op and duration as its tooltip and the summary as its
+// label; timed-out calls are drawn in red and marked "timeout".
+func laneChart(st *structs.CSILaneStats) template.HTML {
+	const (
+		barW, gap, h = 8, 2, 36
+	)
+	if len(st.Recent) == 0 {
+		return "no calls yet"
+	}
+	var longest time.Duration
+	for _, c := range st.Recent {
+		longest = max(longest, c.Duration)
+	}
+	w := len(st.Recent) * (barW + gap)
+	var b bytes.Buffer
+	fmt.Fprintf(&b, `<svg class="chart" width="%d" height="%d" viewBox="0 0 %d %d" role="img" aria-label="%s">`,
+		w, h+2, w, h+2, template.HTMLEscapeString(fmt.Sprintf("%d recent calls, longest %d ms", len(st.Recent), longest.Milliseconds())))
+	for i, c := range st.Recent {
+		bh := 2
+		if longest > 0 {
+			bh = max(2, int(float64(h)*float64(c.Duration)/float64(longest)))
+		}
+		fill, note := "#2d5a88", ""
+		switch {
+		case c.TimedOut:
+			fill, note = "#a40e26", " (timeout)"
+		case c.Failed:
+			fill, note = "#7a4a00", " (error)"
+		}
+		fmt.Fprintf(&b, `<rect x="%d" y="%d" width="%d" height="%d" fill="%s"><title>%s</title></rect>`,
+			i*(barW+gap), h+2-bh, barW, bh, fill,
+			template.HTMLEscapeString(fmt.Sprintf("%s: %d ms%s", c.Op, c.Duration.Milliseconds(), note)))
+	}
+	b.WriteString(`</svg>`)
+	last := st.Recent[len(st.Recent)-1]
+	fmt.Fprintf(&b, ` <span class="hint">last %s %d ms</span>`, template.HTMLEscapeString(last.Op), last.Duration.Milliseconds())
+	return template.HTML(b.String()) // #nosec: every piece of text above is escaped
 }
 
 func (s *HTTPServer) uiClusterPage() *uiPage {

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/roamhq/roam/structs"
 	"github.com/shoenig/test/must"
@@ -104,4 +105,35 @@ func TestUI_HumanBytes(t *testing.T) {
 	for in, want := range map[int64]string{0: "0 B", 1023: "1023 B", 1024: "1.0 KiB", 10 << 30: "10.0 GiB"} {
 		must.EqOp(t, want, humanBytes(in))
 	}
+}
+
+// TestUI_LanesAPI checks the lanes route a plugin page reads: the leader
+// answers, with an empty list before any controller call.
+func TestUI_LanesAPI(t *testing.T) {
+	t.Parallel()
+	a := newDevAgent(t)
+	waitForLeader(t, a)
+	var lanes []*structs.CSILaneStats
+	res := get(t, a, csiLanesPath, &lanes)
+	requireReadHeaders(t, res.header)
+	must.SliceEmpty(t, lanes)
+	res = do(t, a, http.MethodDelete, csiLanesPath)
+	must.EqOp(t, http.StatusMethodNotAllowed, res.code)
+
+	res = do(t, a, http.MethodGet, "/ui/plugins?fragment=1")
+	must.EqOp(t, http.StatusOK, res.code)
+	must.StrContains(t, string(res.body), `id="no-lanes"`)
+}
+
+func TestUI_LaneChart(t *testing.T) {
+	t.Parallel()
+	must.EqOp(t, "no calls yet", string(laneChart(&structs.CSILaneStats{})))
+	out := string(laneChart(&structs.CSILaneStats{Recent: []structs.CSILaneCall{
+		{Op: "publish", Duration: 400 * time.Millisecond},
+		{Op: "<unpublish>", Duration: 2 * time.Second, TimedOut: true},
+	}}))
+	must.StrContains(t, out, `aria-label="2 recent calls, longest 2000 ms"`)
+	must.StrContains(t, out, "publish: 400 ms")
+	must.StrContains(t, out, "&lt;unpublish&gt;: 2000 ms (timeout)")
+	must.StrNotContains(t, out, "<unpublish>")
 }
