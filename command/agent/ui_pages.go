@@ -20,10 +20,10 @@ var uiTemplates = template.Must(template.New("ui").Funcs(template.FuncMap{
 		}
 		return "no"
 	},
-	"bytes":    humanBytes,
-	"pathesc":  url.PathEscape,
+	"bytes":     humanBytes,
+	"pathesc":   url.PathEscape,
 	"lanechart": laneChart,
-	"unixnano": func(n int64) string { return time.Unix(0, n).UTC().Format("15:04:05.000") },
+	"unixnano":  func(n int64) string { return time.Unix(0, n).UTC().Format("15:04:05.000") },
 }).Parse(`
 {{define "volumes"}}
 <p class="summary">{{len .}} volume{{if ne (len .) 1}}s{{end}}</p>
