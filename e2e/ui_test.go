@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -229,4 +230,76 @@ capability {
 	must.NoError(t, b.waitJS(time.Second, `window.__noReload === true`), must.Sprint("the page reloaded"))
 	b.checkLayout("plugins (drained)")
 	b.screenshot("ui-plugins-lane-drained")
+}
+
+// memberTags returns the members' name → id and the leader's name as
+// server at base sees them.
+func memberIDs(base string) (map[string]string, string, error) {
+	m, err := Members(base)
+	if err != nil {
+		return nil, "", err
+	}
+	ids := make(map[string]string, len(m.Members))
+	leader := ""
+	for _, x := range m.Members {
+		ids[x.Name] = x.Tags["id"]
+		if x.Tags["leader"] == "true" {
+			leader = x.Name
+		}
+	}
+	return ids, leader, nil
+}
+
+// TestUI_ClusterLeaderHandoff: on a 3-server cluster the cluster page,
+// served by a follower, marks the new leader within 2 s of a SIGTERM to
+// the old one, and lists the handoff with its leaderless gap.
+func TestUI_ClusterLeaderHandoff(t *testing.T) {
+	c := StartCluster(t, Opts{Servers: 3})
+	old := c.Leader()
+	ui := (old + 1) % len(c.Servers)
+	base := c.ServerHTTP(ui)
+	ids, oldName, err := memberIDs(base)
+	must.NoError(t, err)
+	must.NotEq(t, "", oldName)
+
+	b := newBrowser(t)
+	b.navigate(base + "/ui/cluster")
+	must.NoError(t, b.waitJS(uiWait, `(function () {
+  var l = document.querySelectorAll("tr[data-leader]");
+  return l.length === 1 && l[0].getAttribute("data-server") === `+strconv.Quote(oldName)+`;
+})()`))
+	must.NoError(t, b.waitJS(time.Second, `(window.__noReload = true)`))
+
+	start := time.Now()
+	must.NoError(t, c.Servers[old].Signal(syscall.SIGTERM))
+	// Poll the page, not the API: what counts is what the operator sees.
+	must.NoError(t, b.waitJS(uiWait, `(function () {
+  var l = document.querySelectorAll("tr[data-leader]");
+  return l.length === 1 && l[0].getAttribute("data-server") !== `+strconv.Quote(oldName)+`;
+})()`))
+	marked := time.Since(start)
+	newName, err := evalJS[string](b, `document.querySelector("tr[data-leader]").getAttribute("data-server")`)
+	must.NoError(t, err)
+	t.Logf("the page marked %s as leader %s after the SIGTERM to %s", newName, marked.Round(time.Millisecond), oldName)
+
+	// The handoff is listed: the new leader, after the old one, with a gap.
+	newID := ids[newName]
+	must.NotEq(t, "", newID)
+	must.NoError(t, b.waitJS(uiWait, `(function () {
+  var r = document.querySelector('tr[data-change=`+strconv.Quote(newID)+`]');
+  return r !== null && r.getAttribute("data-gap-ms") !== "" && r.textContent.indexOf(`+strconv.Quote(oldName)+`) >= 0;
+})()`))
+	gap, err := evalJS[string](b, `document.querySelector('tr[data-change=`+strconv.Quote(newID)+`]').getAttribute("data-gap-ms")`)
+	must.NoError(t, err)
+	t.Logf("handoff listed with a leaderless gap of %s ms", gap)
+	must.NoError(t, b.waitJS(time.Second, `window.__noReload === true`), must.Sprint("the page reloaded"))
+	b.checkLayout("cluster (after handoff)")
+	b.screenshot("ui-cluster-handoff")
+
+	code, err := c.Servers[old].Wait(stopTimeout)
+	must.NoError(t, err)
+	must.EqOp(t, 0, code)
+	if marked >= 2*time.Second {
+		t.Fatalf("the cluster page marked the new leader %s after the SIGTERM, want < 2s", marked)
+	}
 }

@@ -80,6 +80,7 @@ func NewHTTPServer(a *Agent, ln net.Listener, logger hclog.Logger) *HTTPServer {
 	}
 	s.routes = map[string]map[string]handlerFunc{
 		"/v1/status/leader":               {http.MethodGet: s.statusLeader},
+		statusLeadershipPath:              {http.MethodGet: s.statusLeadership},
 		"/v1/status/peers":                {http.MethodGet: s.statusPeers},
 		"/v1/agent/self":                  {http.MethodGet: s.agentSelf},
 		"/v1/agent/members":               {http.MethodGet: s.agentMembers},

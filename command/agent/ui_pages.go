@@ -20,10 +20,12 @@ var uiTemplates = template.Must(template.New("ui").Funcs(template.FuncMap{
 		}
 		return "no"
 	},
-	"bytes":     humanBytes,
-	"pathesc":   url.PathEscape,
-	"lanechart": laneChart,
-	"unixnano":  func(n int64) string { return time.Unix(0, n).UTC().Format("15:04:05.000") },
+	"bytes":      humanBytes,
+	"pathesc":    url.PathEscape,
+	"lanechart":  laneChart,
+	"ms":         func(d time.Duration) int64 { return d.Milliseconds() },
+	"servername": servername,
+	"unixnano":   func(n int64) string { return time.Unix(0, n).UTC().Format("15:04:05.000") },
 }).Parse(`
 {{define "volumes"}}
 <p class="summary">{{len .}} volume{{if ne (len .) 1}}s{{end}}</p>
@@ -110,6 +112,19 @@ var uiTemplates = template.Must(template.New("ui").Funcs(template.FuncMap{
 {{end}}</tbody>
 </table>
 {{if not .KnownLeader}}<p class="notice error" role="alert" id="no-leader"><strong>No leader</strong> right now: the servers are electing one.</p>{{end}}
+<h2 id="changes-h">Leadership changes</h2>
+{{if .ChangesErr}}<p class="notice error">{{.ChangesErr}}</p>
+{{else if .Changes}}
+<p class="hint">As seen by server <code>{{.ChangesFrom}}</code>, newest first. The gap is how long no leader could serve.</p>
+<table class="list" aria-labelledby="changes-h">
+<thead><tr><th scope="col">When (UTC)</th><th scope="col">New leader</th><th scope="col">Previous leader</th><th scope="col">Leaderless gap</th></tr></thead>
+<tbody>
+{{range .Changes}}<tr data-change="{{.LeaderID}}" data-gap-ms="{{if .GapKnown}}{{ms .Gap}}{{end}}"><td>{{.At.UTC.Format "15:04:05.000"}}</td>
+<td>{{servername $.Names .LeaderID}}</td><td>{{if .PreviousID}}{{servername $.Names .PreviousID}}{{else}}—{{end}}</td>
+<td>{{if .GapKnown}}<strong>{{ms .Gap}} ms</strong>{{if .MeasuredByLeader}} (measured by the new leader){{end}}{{else}}not measured{{end}}</td></tr>
+{{end}}</tbody>
+</table>
+{{else}}<p class="empty">No leadership changes seen yet.</p>{{end}}
 <h2 id="peers-h">Raft peers</h2>
 {{if .PeersErr}}<p class="notice error">{{.PeersErr}}</p>{{else}}
 <table class="list" aria-labelledby="peers-h">
@@ -241,7 +256,7 @@ func (s *HTTPServer) uiClusterPage() *uiPage {
 		nodesAPI   = "/v1/nodes"
 	)
 	return &uiPage{
-		Title: "Cluster", APIs: []string{membersAPI, raftAPI, nodesAPI},
+		Title: "Cluster", APIs: []string{membersAPI, statusLeadershipPath, raftAPI, nodesAPI},
 		render: func(r *http.Request) (template.HTML, error) {
 			members, err := s.members(r)
 			if err != nil {
@@ -253,7 +268,27 @@ func (s *HTTPServer) uiClusterPage() *uiPage {
 			for _, m := range ms {
 				known = known || m.Leader
 			}
-			data := map[string]any{"Members": ms, "KnownLeader": known}
+			names := make(map[string]string, len(ms))
+			for _, m := range ms {
+				names[m.ID] = m.Name
+			}
+			data := map[string]any{"Members": ms, "KnownLeader": known, "Names": names}
+			// The leader holds the exact gap of the latest change; while
+			// there is none, this server's own view.
+			changesAPI := statusLeadershipPath
+			if !known {
+				changesAPI += "?stale"
+			}
+			if obj, err := s.uiCall(r, s.statusLeadership, changesAPI); err != nil {
+				data["ChangesErr"] = "Leadership changes unavailable: " + err.Error()
+			} else {
+				h := obj.(*structs.LeadershipHistoryResponse)
+				changes := make([]*structs.LeadershipChange, 0, len(h.Changes))
+				for i := len(h.Changes) - 1; i >= 0; i-- {
+					changes = append(changes, h.Changes[i])
+				}
+				data["Changes"], data["ChangesFrom"] = changes, servername(names, h.ServerID)
+			}
 			// Peers need a leader's answer; without one the page still
 			// shows the servers and says so.
 			if obj, err := s.uiCall(r, s.raftConfiguration, raftAPI+"?stale"); err != nil {
@@ -269,6 +304,14 @@ func (s *HTTPServer) uiClusterPage() *uiPage {
 			return uiExec("cluster", data)
 		},
 	}
+}
+
+// servername is a server's name when known, else its ID.
+func servername(names map[string]string, id string) string {
+	if n, ok := names[id]; ok {
+		return n
+	}
+	return id
 }
 
 // humanBytes renders a byte count in binary units.
