@@ -112,6 +112,48 @@ func TestUI_VolumeClaimLive(t *testing.T) {
 	must.NoError(t, b.waitJS(uiWait, `document.querySelector('tr[data-plugin="`+csiPluginID+`"]') !== null`))
 	b.checkLayout("plugins")
 	b.screenshot("ui-plugins")
+
+	// The node page's drain button drains the node and stops the drain,
+	// and the page shows each without a reload. A bad deadline is refused
+	// in the page and changes nothing.
+	nodes, err := Nodes(base, false)
+	must.NoError(t, err)
+	must.Len(t, 1, nodes)
+	b.navigate(base + "/ui/node/" + nodes[0].ID)
+	must.NoError(t, b.waitJS(uiWait, `document.getElementById("drain-button") !== null`))
+	must.NoError(t, b.waitJS(time.Second, `(window.__noReload = true)`))
+	must.NoError(t, b.waitJS(time.Second, `(function () {
+  document.getElementById("drain-deadline").value = "soon";
+  document.getElementById("drain-button").click();
+  return true;
+})()`))
+	must.NoError(t, b.waitJS(uiWait, `document.getElementById("drain-result").textContent.indexOf("Invalid deadline") >= 0`))
+	must.NoError(t, b.waitJS(time.Second, `(function () {
+  document.getElementById("drain-deadline").value = "10m";
+  document.getElementById("drain-ignore-system").checked = true;
+  document.getElementById("drain-button").click();
+  return true;
+})()`))
+	// With nothing to migrate the drain may end at once: what stays is
+	// the node marked ineligible, and the page offers to undo it.
+	must.NoError(t, b.waitJS(uiWait, `document.getElementById("node-eligibility").textContent === "ineligible" &&
+		document.getElementById("drain-result").textContent === "Drain started."`))
+	node, err := NodeInfo(base, nodes[0].ID)
+	must.NoError(t, err)
+	must.EqOp(t, "ineligible", node.SchedulingEligibility)
+	b.checkLayout("node (drained)")
+	b.screenshot("ui-node-drained")
+	must.NoError(t, b.waitJS(uiWait, `(function () {
+  var b = document.getElementById("drain-button");
+  if (b && b.getAttribute("data-action") === "stop") { b.click(); return false; }
+  var e = document.getElementById("eligible-button");
+  if (e) { e.click(); return true; }
+  return false;
+})()`))
+	must.NoError(t, b.waitJS(uiWait, `document.getElementById("node-eligibility").textContent === "eligible"`))
+	must.NoError(t, b.waitJS(time.Second, `window.__noReload === true`), must.Sprint("the page reloaded"))
+	b.checkLayout("node")
+	b.screenshot("ui-node")
 }
 
 // TestUI_VolumesFirstPaint measures, in the browser, the first contentful

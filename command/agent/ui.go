@@ -221,6 +221,11 @@ func (s *HTTPServer) uiRoute(r *http.Request) (*uiPage, string, error) {
 			return nil, "", err
 		}
 		return s.uiVolumePage(id), "/ui/volumes", nil
+	case kind == "node" && hasID:
+		if err := checkPathID(nodePathPrefix + url.PathEscape(id)); err != nil {
+			return nil, "", err
+		}
+		return s.uiNodePage(id), "/ui/cluster", nil
 	case kind == "plugins" && !hasID:
 		return s.uiPluginsPage(), "/ui/plugins", nil
 	}

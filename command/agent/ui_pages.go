@@ -101,6 +101,46 @@ var uiTemplates = template.Must(template.New("ui").Funcs(template.FuncMap{
 {{else}}<p class="empty" id="no-lanes">No controller calls since this leader took over.</p>{{end}}
 {{end}}
 
+{{define "node"}}
+<dl class="facts">
+<dt>ID</dt><dd><code>{{.N.ID}}</code></dd>
+<dt>Name</dt><dd>{{.N.Name}}</dd>
+<dt>Datacenter</dt><dd>{{.N.Datacenter}}</dd>
+<dt>Status</dt><dd>{{if eq .N.Status "ready"}}<span class="st ok">✓ ready</span>{{else}}<span class="st bad">✗ {{.N.Status}}</span>{{end}}</dd>
+<dt>Eligibility</dt><dd id="node-eligibility">{{.N.SchedulingEligibility}}</dd>
+<dt>Drain</dt><dd id="node-drain" data-draining="{{.N.Drain}}">{{if .N.Drain}}<span class="st warn">draining</span>{{if .N.DrainStrategy}}{{if not .N.DrainStrategy.ForceDeadline.IsZero}}, deadline {{.N.DrainStrategy.ForceDeadline.UTC.Format "15:04:05"}} UTC{{end}}{{end}}{{else}}no{{end}}</dd>
+</dl>
+<h2 id="drain-h">Drain</h2>
+<form id="drain-form" class="drain" data-node="{{.N.ID}}" data-draining="{{.N.Drain}}" aria-labelledby="drain-h">
+{{if .N.Drain}}<button type="submit" id="drain-button" data-action="stop">Stop drain</button>
+{{else}}<label for="drain-deadline">Deadline</label>
+<input id="drain-deadline" name="deadline" value="1h" size="6" aria-describedby="drain-hint">
+<label><input type="checkbox" id="drain-ignore-system"> Ignore system jobs</label>
+<button type="submit" id="drain-button" data-action="start">Drain node</button>
+{{if eq .N.SchedulingEligibility "ineligible"}}<button type="button" id="eligible-button">Mark eligible</button>{{end}}
+<span id="drain-hint" class="hint">Go duration such as 30s, 10m or 1h; needs a token with node write.</span>{{end}}
+<span id="drain-result" role="status" aria-live="polite"></span>
+</form>
+<h2 id="allocs-h">Allocations</h2>
+{{if .Allocs}}
+<table class="list" aria-labelledby="allocs-h">
+<thead><tr><th scope="col">ID</th><th scope="col">Name</th><th scope="col">Job</th><th scope="col">Desired</th><th scope="col">Client status</th></tr></thead>
+<tbody>
+{{range .Allocs}}<tr data-alloc="{{.ID}}"><td><code>{{.ID}}</code></td><td>{{.Name}}</td><td>{{.JobID}}</td><td>{{.DesiredStatus}}</td>
+<td>{{if eq .ClientStatus "running"}}<span class="st ok">✓ running</span>{{else if eq .ClientStatus "failed" "lost"}}<span class="st bad">✗ {{.ClientStatus}}</span>{{else}}{{.ClientStatus}}{{end}}</td></tr>
+{{end}}</tbody>
+</table>
+{{else}}<p class="empty">No allocations on this node.</p>{{end}}
+<h2 id="drivers-h">Drivers</h2>
+<ul aria-labelledby="drivers-h">{{range $name, $d := .N.Drivers}}<li>{{$name}}: {{if $d.Healthy}}<span class="st ok">✓ healthy</span>{{else if $d.Detected}}<span class="st bad">✗ unhealthy</span>{{else}}not detected{{end}}</li>{{else}}<li>none</li>{{end}}</ul>
+<h2 id="csi-h">CSI plugins</h2>
+<ul aria-labelledby="csi-h">
+{{range $id, $p := .N.CSIControllerPlugins}}<li>{{$id}} (controller): {{if $p.Healthy}}<span class="st ok">✓ healthy</span>{{else}}<span class="st bad">✗ unhealthy</span> {{$p.HealthDescription}}{{end}}</li>{{end}}
+{{range $id, $p := .N.CSINodePlugins}}<li>{{$id}} (node): {{if $p.Healthy}}<span class="st ok">✓ healthy</span>{{else}}<span class="st bad">✗ unhealthy</span> {{$p.HealthDescription}}{{end}}</li>{{end}}
+{{if and (not .N.CSIControllerPlugins) (not .N.CSINodePlugins)}}<li>none</li>{{end}}
+</ul>
+{{end}}
+
 {{define "cluster"}}
 <h2 id="servers-h">Servers</h2>
 <table class="list" aria-labelledby="servers-h">
@@ -138,7 +178,7 @@ var uiTemplates = template.Must(template.New("ui").Funcs(template.FuncMap{
 <table class="list" aria-labelledby="nodes-h">
 <thead><tr><th scope="col">Name</th><th scope="col">ID</th><th scope="col">Address</th><th scope="col">Status</th><th scope="col">Eligibility</th><th scope="col">Drain</th></tr></thead>
 <tbody>
-{{range .Nodes}}<tr data-node="{{.ID}}"><td>{{.Name}}</td><td><code>{{.ID}}</code></td><td><code>{{.Address}}</code></td>
+{{range .Nodes}}<tr data-node="{{.ID}}"><td><a href="/ui/node/{{pathesc .ID}}">{{.Name}}</a></td><td><code>{{.ID}}</code></td><td><code>{{.Address}}</code></td>
 <td>{{if eq .Status "ready"}}<span class="st ok">✓ ready</span>{{else}}<span class="st bad">✗ {{.Status}}</span>{{end}}</td>
 <td>{{.SchedulingEligibility}}</td><td>{{if .Drain}}<span class="st warn">draining</span>{{else}}no{{end}}</td></tr>
 {{end}}</tbody>
@@ -302,6 +342,29 @@ func (s *HTTPServer) uiClusterPage() *uiPage {
 			}
 			data["Nodes"] = nodes
 			return uiExec("cluster", data)
+		},
+	}
+}
+
+func (s *HTTPServer) uiNodePage(id string) *uiPage {
+	api := nodePathPrefix + url.PathEscape(id)
+	allocsAPI := api + "/allocations"
+	return &uiPage{
+		Title: "Node " + id, APIs: []string{api, allocsAPI},
+		Topics: []string{structs.TopicNode + ":" + id, structs.TopicAllocation},
+		render: func(r *http.Request) (template.HTML, error) {
+			obj, err := s.uiCall(r, s.nodeGet, api)
+			if err != nil {
+				return "", err
+			}
+			n := obj.(nodeView).Node
+			allocs, err := s.uiCall(r, s.nodeAllocations, nodePathPrefix+url.PathEscape(n.ID)+"/allocations")
+			if err != nil {
+				return "", err
+			}
+			list := append([]*structs.Allocation(nil), allocs.([]*structs.Allocation)...)
+			sort.Slice(list, func(i, j int) bool { return list[i].Name < list[j].Name })
+			return uiExec("node", map[string]any{"N": n, "Allocs": list})
 		},
 	}
 }

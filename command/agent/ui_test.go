@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/roamhq/roam/structs"
 	"github.com/shoenig/test/must"
+	"github.com/shoenig/test/wait"
 )
 
 // TestUI_Routing checks what /ui/ serves and what it refuses: pages and
@@ -136,4 +138,36 @@ func TestUI_LaneChart(t *testing.T) {
 	must.StrContains(t, out, "publish: 400 ms")
 	must.StrContains(t, out, "&lt;unpublish&gt;: 2000 ms (timeout)")
 	must.StrNotContains(t, out, "<unpublish>")
+}
+
+// TestUI_NodePage checks the node page renders the node, its drivers and
+// the drain form, and refuses IDs the API would.
+func TestUI_NodePage(t *testing.T) {
+	t.Parallel()
+	a := newDevAgent(t)
+	waitForLeader(t, a)
+	var nodes []*structs.NodeListStub
+	must.Wait(t, wait.InitialSuccess(wait.ErrorFunc(func() error {
+		res := do(t, a, http.MethodGet, "/v1/nodes")
+		if err := json.Unmarshal(res.body, &nodes); err != nil {
+			return err
+		}
+		if len(nodes) != 1 {
+			return fmt.Errorf("%d nodes", len(nodes))
+		}
+		return nil
+	}), wait.Timeout(20*time.Second), wait.Gap(50*time.Millisecond)))
+
+	res := do(t, a, http.MethodGet, "/ui/node/"+nodes[0].ID)
+	must.EqOp(t, http.StatusOK, res.code, must.Sprintf("%s", res.body))
+	body := string(res.body)
+	must.StrContains(t, body, `id="drain-form"`)
+	must.StrContains(t, body, `data-action="start"`)
+	must.StrContains(t, body, "raw_exec")
+	must.StrContains(t, body, `href="/v1/node/`+nodes[0].ID+`/allocations"`)
+
+	res = do(t, a, http.MethodGet, "/ui/node/no-such-node")
+	must.EqOp(t, http.StatusNotFound, res.code)
+	res = do(t, a, http.MethodGet, "/ui/node/%2e%2e")
+	must.EqOp(t, http.StatusBadRequest, res.code)
 }

@@ -99,9 +99,17 @@
   }
 
   var last = 0, timer = null, inflight = false, dirty = false;
+  // lastResult is the answer to the operator's last node change, kept
+  // across refreshes of the content that shows it.
+  var lastResult = "";
   function refresh() {
     var wait = last + MIN_GAP_MS - Date.now();
     if (inflight) { dirty = true; return; }
+    // Never swap the content under an operator who is typing in it.
+    var active = document.activeElement;
+    if (active && active !== page && page.contains(active) && active.tagName === "INPUT") {
+      wait = Math.max(wait, MIN_GAP_MS);
+    }
     if (wait > 0) {
       if (!timer) timer = setTimeout(function () { timer = null; refresh(); }, wait);
       return;
@@ -116,6 +124,8 @@
       return resp.text();
     }).then(function (html) {
       page.innerHTML = html;
+      var out = document.getElementById("drain-result");
+      if (out && lastResult) out.textContent = lastResult;
       trackClaims();
     }).catch(function (err) {
       setLive("live: update failed (" + err + "), retrying");
@@ -185,6 +195,67 @@
       location.reload();
     });
   }
+
+  // The drain button (node page). The form is re-rendered on refresh, so
+  // listen on the page. Deadline: a Go duration (30s, 10m, 1h, 1h30m).
+  function parseDuration(text) {
+    var re = /(\d+(?:\.\d+)?)(ms|s|m|h)/g, m, total = 0, used = 0;
+    var unit = { ms: 1e6, s: 1e9, m: 60e9, h: 3600e9 };
+    text = text.trim();
+    while ((m = re.exec(text)) !== null) { total += parseFloat(m[1]) * unit[m[2]]; used += m[0].length; }
+    if (!text || used !== text.length || total <= 0) return null;
+    return Math.round(total);
+  }
+  // nodeWrite sends a drain or eligibility change and reports the answer
+  // in the form; a refusal for want of a token disables the buttons.
+  function nodeWrite(path, body, done) {
+    var out = { set textContent(v) { lastResult = v; var el = document.getElementById("drain-result"); if (el) el.textContent = v; } };
+    var btns = document.querySelectorAll("#drain-form button");
+    function enable(on) { for (var i = 0; i < btns.length; i++) btns[i].disabled = !on; }
+    enable(false);
+    out.textContent = "Sending…";
+    var h = headers();
+    h["Content-Type"] = "application/json";
+    fetch(path, { method: "PUT", headers: h, body: JSON.stringify(body) }).then(function (resp) {
+      return resp.text().then(function (text) {
+        if (resp.status === 401 || resp.status === 403) {
+          out.textContent = "Not allowed: your token cannot change nodes (node write needed).";
+          return;
+        }
+        enable(true);
+        if (!resp.ok) { out.textContent = "Failed (" + resp.status + "): " + text; return; }
+        out.textContent = done;
+        refresh();
+      });
+    }).catch(function (err) { enable(true); out.textContent = "Failed: " + err; });
+  }
+  page.addEventListener("submit", function (ev) {
+    var f = ev.target;
+    if (!f || f.id !== "drain-form") return;
+    ev.preventDefault();
+    var node = f.getAttribute("data-node");
+    var btn = document.getElementById("drain-button");
+    var body = { NodeID: node, DrainSpec: null, MarkEligible: false };
+    if (btn.getAttribute("data-action") === "start") {
+      var d = parseDuration(document.getElementById("drain-deadline").value);
+      if (d === null) {
+        lastResult = "Invalid deadline: use a duration such as 30s, 10m or 1h.";
+        document.getElementById("drain-result").textContent = lastResult;
+        return;
+      }
+      body.DrainSpec = { Deadline: d, IgnoreSystemJobs: document.getElementById("drain-ignore-system").checked };
+    } else {
+      body.MarkEligible = true;
+    }
+    nodeWrite("/v1/node/" + encodeURIComponent(node) + "/drain", body, body.DrainSpec ? "Drain started." : "Drain stopped.");
+  });
+  page.addEventListener("click", function (ev) {
+    var b = ev.target;
+    if (!b || b.id !== "eligible-button") return;
+    var node = document.getElementById("drain-form").getAttribute("data-node");
+    nodeWrite("/v1/node/" + encodeURIComponent(node) + "/eligibility",
+      { NodeID: node, Eligibility: "eligible" }, "Marked eligible.");
+  });
 
   trackClaims();
   var status = main.getAttribute("data-status");
