@@ -173,3 +173,47 @@ func (b *browser) checkLayout(page string) {
 		b.t.Fatalf("e2e: layout of %s:\n%s", page, strings.Join(problems, "\n"))
 	}
 }
+
+// checkA11y fails the test on the accessibility basics the UI promises:
+// a page language, a labelled control for every input, text on every
+// button, a label on every chart, and the skip link as the first stop of
+// the keyboard.
+func (b *browser) checkA11y(page string) {
+	b.t.Helper()
+	problems, err := evalJS[[]string](b, `(function () {
+  var out = [];
+  if (!document.documentElement.lang) out.push("no lang on <html>");
+  document.querySelectorAll("input").forEach(function (i) {
+    var labelled = (i.id && document.querySelector('label[for="' + i.id + '"]')) || i.closest("label") || i.getAttribute("aria-label");
+    if (!labelled) out.push("input without a label: " + (i.id || i.name || i.outerHTML.slice(0, 60)));
+  });
+  document.querySelectorAll("button").forEach(function (x) {
+    if (!x.textContent.trim() && !x.getAttribute("aria-label")) out.push("button without text");
+  });
+  document.querySelectorAll("svg").forEach(function (s) {
+    if (!s.getAttribute("aria-label")) out.push("chart without a label");
+  });
+  document.querySelectorAll("th").forEach(function (th) {
+    if (th.closest("thead") && !th.getAttribute("scope")) out.push("column header without scope: " + th.textContent);
+  });
+  return out;
+})()`)
+	if err != nil {
+		b.t.Fatalf("e2e: a11y check on %s: %v", page, err)
+	}
+	if len(problems) > 0 {
+		b.t.Fatalf("e2e: accessibility of %s:\n%s", page, strings.Join(problems, "\n"))
+	}
+	// The keyboard's first stop is the skip link, and it leads to the
+	// content.
+	if _, err := evalJS[bool](b, `(document.activeElement && document.activeElement.blur(), window.scrollTo(0, 0), true)`); err != nil {
+		b.t.Fatalf("e2e: blur on %s: %v", page, err)
+	}
+	if err := b.run(5*time.Second, chromedp.KeyEvent("\t")); err != nil {
+		b.t.Fatalf("e2e: tab on %s: %v", page, err)
+	}
+	first, err := evalJS[string](b, `document.activeElement ? document.activeElement.className + ":" + document.activeElement.getAttribute("href") : ""`)
+	if err != nil || first != "skip:#content" {
+		b.t.Fatalf("e2e: first Tab stop on %s is %q (%v), want the skip link", page, first, err)
+	}
+}

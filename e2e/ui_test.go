@@ -71,11 +71,13 @@ func TestUI_VolumeClaimLive(t *testing.T) {
 	b.navigate(base + "/")
 	must.NoError(t, b.waitJS(uiWait, `location.pathname === "/ui/cluster" && document.querySelector("tr[data-node]") !== null`))
 	b.checkLayout("cluster")
+	b.checkA11y("cluster")
 	b.screenshot("ui-cluster")
 
 	b.navigate(base + "/ui/volumes")
 	must.NoError(t, b.waitJS(uiWait, `document.querySelector('tr[data-volume="ui-vol"]') !== null`))
 	b.checkLayout("volumes")
+	b.checkA11y("volumes")
 	b.screenshot("ui-volumes")
 
 	b.navigate(base + "/ui/volume/ui-vol")
@@ -106,11 +108,13 @@ func TestUI_VolumeClaimLive(t *testing.T) {
 	must.NoError(t, err)
 	t.Logf("claim timeline:\n%s", states)
 	b.checkLayout("volume (freed)")
+	b.checkA11y("volume (freed)")
 	b.screenshot("ui-volume-freed")
 
 	b.navigate(base + "/ui/plugins")
 	must.NoError(t, b.waitJS(uiWait, `document.querySelector('tr[data-plugin="`+csiPluginID+`"]') !== null`))
 	b.checkLayout("plugins")
+	b.checkA11y("plugins")
 	b.screenshot("ui-plugins")
 
 	// The node page's drain button drains the node and stops the drain,
@@ -153,6 +157,7 @@ func TestUI_VolumeClaimLive(t *testing.T) {
 	must.NoError(t, b.waitJS(uiWait, `document.getElementById("node-eligibility").textContent === "eligible"`))
 	must.NoError(t, b.waitJS(time.Second, `window.__noReload === true`), must.Sprint("the page reloaded"))
 	b.checkLayout("node")
+	b.checkA11y("node")
 	b.screenshot("ui-node")
 }
 
@@ -262,6 +267,7 @@ capability {
 	must.NoError(t, err)
 	t.Logf("lane depth seen on the page: %s", depth)
 	b.checkLayout("plugins (queued)")
+	b.checkA11y("plugins (queued)")
 	b.screenshot("ui-plugins-lane-queued")
 
 	must.NoError(t, b.waitJS(uiWait, `(function () {
