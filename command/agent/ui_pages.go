@@ -30,7 +30,8 @@ var uiTemplates = template.Must(template.New("ui").Funcs(template.FuncMap{
 {{define "volumes"}}
 <p class="summary">{{len .}} volume{{if ne (len .) 1}}s{{end}}</p>
 {{if .}}
-<table class="list" aria-label="Volumes">
+<table class="list long" aria-label="Volumes">
+<colgroup><col class="w-id"><col class="w-name"><col class="w-plugin"><col class="w-sched"><col class="w-mode"><col class="w-attach"><col class="w-claims"></colgroup>
 <thead><tr><th scope="col">ID</th><th scope="col">Name</th><th scope="col">Plugin</th><th scope="col">Schedulable</th><th scope="col">Access mode</th><th scope="col">Attachment</th><th scope="col">Claims (read / write)</th></tr></thead>
 <tbody>
 {{range .}}<tr data-volume="{{.ID}}"><td><a href="/ui/volume/{{pathesc .ID}}">{{.ID}}</a></td><td>{{.Name}}</td><td>{{.PluginID}}</td><td>{{if .Schedulable}}<span class="st ok">✓ yes</span>{{else}}<span class="st bad">✗ no</span>{{end}}</td><td>{{.AccessMode}}</td><td>{{.AttachmentMode}}</td><td>{{.CurrentReaders}} / {{.CurrentWriters}}</td></tr>
