@@ -216,4 +216,8 @@ func (b *browser) checkA11y(page string) {
 	if err != nil || first != "skip:#content" {
 		b.t.Fatalf("e2e: first Tab stop on %s is %q (%v), want the skip link", page, first, err)
 	}
+	// Leave the page as it was: the focused skip link covers the menu.
+	if _, err := evalJS[bool](b, `(document.activeElement && document.activeElement.blur(), true)`); err != nil {
+		b.t.Fatalf("e2e: blur on %s: %v", page, err)
+	}
 }

@@ -159,6 +159,27 @@ func TestUI_VolumeClaimLive(t *testing.T) {
 	b.checkLayout("node")
 	b.checkA11y("node")
 	b.screenshot("ui-node")
+
+	// Jobs, the job with its allocation and volume, the allocation with
+	// its task events and log tail.
+	b.navigate(base + "/ui/jobs")
+	must.NoError(t, b.waitJS(uiWait, `document.querySelector('tr[data-job="ui-job"] a') !== null`))
+	b.checkLayout("jobs")
+	b.checkA11y("jobs")
+	b.screenshot("ui-jobs")
+	b.navigate(base + "/ui/job/ui-job")
+	must.NoError(t, b.waitJS(uiWait, `document.querySelector('a[href="/ui/volume/ui-vol"]') !== null &&
+		document.querySelector("tr[data-alloc] a") !== null`))
+	b.checkLayout("job")
+	b.checkA11y("job")
+	b.screenshot("ui-job")
+	must.NoError(t, b.waitJS(time.Second, `(document.querySelector("tr[data-alloc] a").click(), true)`))
+	must.NoError(t, b.waitJS(uiWait, `location.pathname.indexOf("/ui/alloc/") === 0 &&
+		document.querySelector('tr[data-task-event="Started"]') !== null &&
+		Array.prototype.every.call(document.querySelectorAll("pre[data-log]"), function (p) { return p.textContent !== ""; })`))
+	b.checkLayout("alloc")
+	b.checkA11y("alloc")
+	b.screenshot("ui-alloc")
 }
 
 // TestUI_VolumesFirstPaint measures, in the browser, the first contentful

@@ -99,6 +99,7 @@ var uiNav = []uiNavItem{
 	{Name: "Cluster", Href: "/ui/cluster"},
 	{Name: "Volumes", Href: "/ui/volumes"},
 	{Name: "Plugins", Href: "/ui/plugins"},
+	{Name: "Jobs", Href: "/ui/jobs"},
 }
 
 // serveUI answers everything under /ui/, and "/" with a redirect there.
@@ -226,6 +227,18 @@ func (s *HTTPServer) uiRoute(r *http.Request) (*uiPage, string, error) {
 			return nil, "", err
 		}
 		return s.uiNodePage(id), "/ui/cluster", nil
+	case kind == "jobs" && !hasID:
+		return s.uiJobsPage(), "/ui/jobs", nil
+	case kind == "job" && hasID:
+		if err := checkPathID(jobPathPrefix + url.PathEscape(id)); err != nil {
+			return nil, "", err
+		}
+		return s.uiJobPage(id), "/ui/jobs", nil
+	case kind == "alloc" && hasID:
+		if err := checkPathID(allocPathPrefix + url.PathEscape(id)); err != nil {
+			return nil, "", err
+		}
+		return s.uiAllocPage(id), "/ui/jobs", nil
 	case kind == "plugins" && !hasID:
 		return s.uiPluginsPage(), "/ui/plugins", nil
 	}

@@ -142,6 +142,72 @@ var uiTemplates = template.Must(template.New("ui").Funcs(template.FuncMap{
 </ul>
 {{end}}
 
+{{define "allocrows"}}
+<table class="list" aria-label="Allocations">
+<thead><tr><th scope="col">ID</th><th scope="col">Name</th><th scope="col">Node</th><th scope="col">Desired</th><th scope="col">Client status</th></tr></thead>
+<tbody>
+{{range .}}<tr data-alloc="{{.ID}}" data-status="{{.ClientStatus}}"><td><a href="/ui/alloc/{{pathesc .ID}}"><code>{{.ID}}</code></a></td><td>{{.Name}}</td>
+<td><a href="/ui/node/{{pathesc .NodeID}}">{{if .NodeName}}{{.NodeName}}{{else}}{{.NodeID}}{{end}}</a></td><td>{{.DesiredStatus}}</td>
+<td>{{template "allocstatus" .ClientStatus}}</td></tr>
+{{end}}</tbody>
+</table>
+{{end}}
+
+{{define "allocstatus"}}{{if eq . "running"}}<span class="st ok">✓ running</span>{{else if eq . "failed" "lost"}}<span class="st bad">✗ {{.}}</span>{{else}}{{.}}{{end}}{{end}}
+
+{{define "jobs"}}
+{{if .}}
+<table class="list" aria-label="Jobs">
+<thead><tr><th scope="col">ID</th><th scope="col">Type</th><th scope="col">Status</th><th scope="col">Stopped</th><th scope="col">Version</th></tr></thead>
+<tbody>
+{{range .}}<tr data-job="{{.ID}}"><td><a href="/ui/job/{{pathesc .ID}}">{{.ID}}</a></td><td>{{.Type}}</td><td>{{.Status}}</td><td>{{yesno .Stop}}</td><td>{{.Version}}</td></tr>
+{{end}}</tbody>
+</table>
+{{else}}<p class="empty">No jobs. Run one with <code>roam job run</code>.</p>{{end}}
+{{end}}
+
+{{define "job"}}
+<dl class="facts">
+<dt>ID</dt><dd>{{.J.ID}}</dd>
+<dt>Type</dt><dd>{{.J.Type}}</dd>
+<dt>Status</dt><dd>{{.J.Status}}{{if .J.Stop}} (stopped){{end}}</dd>
+<dt>Datacenters</dt><dd>{{range .J.Datacenters}}<span class="chip">{{.}}</span>{{end}}</dd>
+</dl>
+<h2 id="groups-h">Task groups and volumes</h2>
+<table class="list" aria-labelledby="groups-h">
+<thead><tr><th scope="col">Group</th><th scope="col">Count</th><th scope="col">Tasks</th><th scope="col">CSI volumes</th></tr></thead>
+<tbody>
+{{range .J.TaskGroups}}<tr><td>{{.Name}}</td><td>{{.Count}}</td><td>{{range .Tasks}}<span class="chip">{{.Name}} ({{.Driver}})</span>{{end}}</td>
+<td>{{range $name, $v := .Volumes}}<div>{{$name}}: {{if $v.PerAlloc}}{{$v.Source}}[N]{{else}}<a href="/ui/volume/{{pathesc $v.Source}}">{{$v.Source}}</a>{{end}} — {{$v.AccessMode}}{{if $v.ReadOnly}}, read-only{{end}}</div>{{else}}none{{end}}</td></tr>
+{{end}}</tbody>
+</table>
+<h2 id="jallocs-h">Allocations</h2>
+{{if .Allocs}}{{template "allocrows" .Allocs}}{{else}}<p class="empty">No allocations.</p>{{end}}
+{{end}}
+
+{{define "alloc"}}
+<dl class="facts">
+<dt>ID</dt><dd><code>{{.A.ID}}</code></dd>
+<dt>Name</dt><dd>{{.A.Name}}</dd>
+<dt>Job</dt><dd><a href="/ui/job/{{pathesc .A.JobID}}">{{.A.JobID}}</a></dd>
+<dt>Node</dt><dd><a href="/ui/node/{{pathesc .A.NodeID}}">{{if .A.NodeName}}{{.A.NodeName}}{{else}}{{.A.NodeID}}{{end}}</a></dd>
+<dt>Desired</dt><dd>{{.A.DesiredStatus}}{{if .A.DesiredDescription}} — {{.A.DesiredDescription}}{{end}}</dd>
+<dt>Client status</dt><dd id="alloc-status">{{template "allocstatus" .A.ClientStatus}}{{if .A.ClientDescription}} — {{.A.ClientDescription}}{{end}}</dd>
+</dl>
+{{range $name, $ts := .A.TaskStates}}
+<h2>Task {{$name}}: {{$ts.State}}{{if $ts.Failed}} <span class="st bad">✗ failed</span>{{end}}</h2>
+<table class="list" aria-label="Events of task {{$name}}">
+<thead><tr><th scope="col">Time (UTC)</th><th scope="col">Type</th><th scope="col">Message</th></tr></thead>
+<tbody>
+{{range $ts.Events}}<tr data-task-event="{{.Type}}"><td>{{unixnano .Time}}</td><td>{{.Type}}</td><td>{{if .DisplayMessage}}{{.DisplayMessage}}{{else}}{{.Message}}{{end}}</td></tr>
+{{end}}</tbody>
+</table>
+<h3 id="log-{{$name}}">Log tail ({{$name}}, stderr then stdout, last 4 KiB each)</h3>
+<pre class="log" aria-labelledby="log-{{$name}}" data-log="/v1/client/fs/logs/{{pathesc $.A.ID}}?task={{$name}}&amp;type=stderr&amp;origin=end&amp;offset=4096&amp;plain=true"></pre>
+<pre class="log" aria-label="stdout of {{$name}}" data-log="/v1/client/fs/logs/{{pathesc $.A.ID}}?task={{$name}}&amp;type=stdout&amp;origin=end&amp;offset=4096&amp;plain=true"></pre>
+{{end}}
+{{end}}
+
 {{define "cluster"}}
 <h2 id="servers-h">Servers</h2>
 <table class="list" aria-labelledby="servers-h">
@@ -366,6 +432,57 @@ func (s *HTTPServer) uiNodePage(id string) *uiPage {
 			list := append([]*structs.Allocation(nil), allocs.([]*structs.Allocation)...)
 			sort.Slice(list, func(i, j int) bool { return list[i].Name < list[j].Name })
 			return uiExec("node", map[string]any{"N": n, "Allocs": list})
+		},
+	}
+}
+
+func (s *HTTPServer) uiJobsPage() *uiPage {
+	const api = "/v1/jobs"
+	return &uiPage{
+		Title: "Jobs", APIs: []string{api}, Topics: []string{structs.TopicJob},
+		render: func(r *http.Request) (template.HTML, error) {
+			obj, err := s.uiCall(r, s.jobsList, api)
+			if err != nil {
+				return "", err
+			}
+			return uiExec("jobs", obj)
+		},
+	}
+}
+
+func (s *HTTPServer) uiJobPage(id string) *uiPage {
+	api := jobPathPrefix + url.PathEscape(id)
+	allocsAPI := api + "/allocations"
+	return &uiPage{
+		Title: "Job " + id, APIs: []string{api, allocsAPI},
+		Topics: []string{structs.TopicJob + ":" + id, structs.TopicAllocation},
+		render: func(r *http.Request) (template.HTML, error) {
+			job, err := s.uiCall(r, s.jobGet, api)
+			if err != nil {
+				return "", err
+			}
+			allocs, err := s.uiCall(r, s.jobAllocations, allocsAPI)
+			if err != nil {
+				return "", err
+			}
+			list := append([]*structs.AllocListStub(nil), allocs.([]*structs.AllocListStub)...)
+			sort.Slice(list, func(i, j int) bool { return list[i].Name < list[j].Name })
+			return uiExec("job", map[string]any{"J": job, "Allocs": list})
+		},
+	}
+}
+
+func (s *HTTPServer) uiAllocPage(id string) *uiPage {
+	api := allocPathPrefix + url.PathEscape(id)
+	return &uiPage{
+		Title: "Allocation " + id, APIs: []string{api, logsPathPrefix + url.PathEscape(id)},
+		Topics: []string{structs.TopicAllocation + ":" + id},
+		render: func(r *http.Request) (template.HTML, error) {
+			obj, err := s.uiCall(r, s.allocGet, api)
+			if err != nil {
+				return "", err
+			}
+			return uiExec("alloc", map[string]any{"A": obj})
 		},
 	}
 }

@@ -31,7 +31,7 @@ func TestUI_Routing(t *testing.T) {
 		must.EqOp(t, "/ui/cluster", resp.Header.Get("Location"))
 	}
 
-	for _, p := range []string{"/ui/cluster", "/ui/volumes", "/ui/plugins"} {
+	for _, p := range []string{"/ui/cluster", "/ui/volumes", "/ui/plugins", "/ui/jobs"} {
 		res := do(t, a, http.MethodGet, p)
 		must.EqOp(t, http.StatusOK, res.code, must.Sprintf("GET %s: %s", p, res.body))
 		must.StrHasPrefix(t, "text/html", res.header.Get("Content-Type"))
@@ -70,6 +70,11 @@ func TestUI_Routing(t *testing.T) {
 		{http.MethodGet, "/ui/volume/no-such-volume", http.StatusNotFound},
 		{http.MethodGet, "/ui/volume/%2e%2e", http.StatusBadRequest},
 		{http.MethodGet, "/ui/volume/a%2Fb", http.StatusBadRequest},
+		{http.MethodGet, "/ui/job/no-such-job", http.StatusNotFound},
+		{http.MethodGet, "/ui/job/%2e%2e", http.StatusBadRequest},
+		{http.MethodGet, "/ui/alloc/no-such-alloc", http.StatusNotFound},
+		{http.MethodGet, "/ui/alloc/%2e%2e", http.StatusBadRequest},
+		{http.MethodGet, "/ui/jobs/x", http.StatusNotFound},
 		{http.MethodGet, "/ui/assets/", http.StatusNotFound},
 		{http.MethodGet, "/ui/assets/../ui.go", http.StatusNotFound},
 		{http.MethodGet, "/ui/assets/..%2fui.go", http.StatusNotFound},

@@ -124,6 +124,7 @@
       return resp.text();
     }).then(function (html) {
       page.innerHTML = html;
+      loadLogs();
       var out = document.getElementById("drain-result");
       if (out && lastResult) out.textContent = lastResult;
       trackClaims();
@@ -257,6 +258,20 @@
       { NodeID: node, Eligibility: "eligible" }, "Marked eligible.");
   });
 
+  // Log tails (allocation page): read with the token, as text, into the
+  // <pre>; a log that is not there yet says so.
+  function loadLogs() {
+    var pres = page.querySelectorAll("pre[data-log]");
+    Array.prototype.forEach.call(pres, function (pre) {
+      fetch(pre.getAttribute("data-log"), { headers: headers(), cache: "no-store" }).then(function (resp) {
+        return resp.text().then(function (text) {
+          pre.textContent = resp.ok ? (text || "(empty)") : "log unavailable (" + resp.status + "): " + text;
+        });
+      }).catch(function (err) { pre.textContent = "log unavailable: " + err; });
+    });
+  }
+
+  loadLogs();
   trackClaims();
   var status = main.getAttribute("data-status");
   // The first paint came without a token (a browser cannot send headers
