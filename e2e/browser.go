@@ -57,16 +57,25 @@ func newBrowser(t *testing.T) *browser {
 		chromedp.Flag("disable-dev-shm-usage", true),
 		chromedp.Flag("force-device-scale-factor", "1"),
 	)
-	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	ctx, cancelCtx := chromedp.NewContext(allocCtx, chromedp.WithLogf(t.Logf))
-	t.Cleanup(func() {
+	// Chromium now and then fails to start on a loaded machine; a test
+	// about the UI should not fail for that, so it gets three tries.
+	var lastErr error
+	for attempt := 1; attempt <= 3; attempt++ {
+		allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+		ctx, cancelCtx := chromedp.NewContext(allocCtx, chromedp.WithLogf(t.Logf))
+		if lastErr = chromedp.Do(ctx, chromedp.EmulateViewport(viewportW, viewportH)); lastErr == nil {
+			t.Cleanup(func() {
+				cancelCtx()
+				cancelAlloc()
+			})
+			return &browser{t: t, ctx: ctx}
+		}
 		cancelCtx()
 		cancelAlloc()
-	})
-	if err := chromedp.Do(ctx, chromedp.EmulateViewport(viewportW, viewportH)); err != nil {
-		t.Fatalf("e2e: start chromium: %v", err)
+		t.Logf("e2e: start chromium (try %d of 3): %v", attempt, lastErr)
 	}
-	return &browser{t: t, ctx: ctx}
+	t.Fatalf("e2e: start chromium: %v", lastErr)
+	return nil
 }
 
 // run runs actions, bounded by timeout.

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"sort"
+	"strconv"
 	"time"
 
 	"github.com/roamhq/roam/structs"
@@ -28,8 +29,10 @@ var uiTemplates = template.Must(template.New("ui").Funcs(template.FuncMap{
 	"unixnano":   func(n int64) string { return time.Unix(0, n).UTC().Format("15:04:05.000") },
 }).Parse(`
 {{define "volumes"}}
-<p class="summary">{{len .}} volume{{if ne (len .) 1}}s{{end}}</p>
-{{if .}}
+<p class="summary">{{.Total}} volume{{if ne .Total 1}}s{{end}}{{if gt .Pages 1}}; showing {{.First}}–{{.Last}}{{end}}</p>
+{{if gt .Pages 1}}<nav class="pager" aria-label="Volume pages">{{if gt .Page 1}}<a href="?page={{.Prev}}" rel="prev">← previous</a>{{end}}
+<span>page {{.Page}} of {{.Pages}}</span>{{if lt .Page .Pages}}<a href="?page={{.Next}}" rel="next" id="next-page">next →</a>{{end}}</nav>{{end}}
+{{with .Volumes}}
 <table class="list long" aria-label="Volumes">
 <colgroup><col class="w-id"><col class="w-name"><col class="w-plugin"><col class="w-sched"><col class="w-mode"><col class="w-attach"><col class="w-claims"></colgroup>
 <thead><tr><th scope="col">ID</th><th scope="col">Name</th><th scope="col">Plugin</th><th scope="col">Schedulable</th><th scope="col">Access mode</th><th scope="col">Attachment</th><th scope="col">Claims (read / write)</th></tr></thead>
@@ -37,7 +40,7 @@ var uiTemplates = template.Must(template.New("ui").Funcs(template.FuncMap{
 {{range .}}<tr data-volume="{{.ID}}"><td><a href="/ui/volume/{{pathesc .ID}}">{{.ID}}</a></td><td>{{.Name}}</td><td>{{.PluginID}}</td><td>{{if .Schedulable}}<span class="st ok">✓ yes</span>{{else}}<span class="st bad">✗ no</span>{{end}}</td><td>{{.AccessMode}}</td><td>{{.AttachmentMode}}</td><td>{{.CurrentReaders}} / {{.CurrentWriters}}</td></tr>
 {{end}}</tbody>
 </table>
-{{else}}<p class="empty">No volumes yet. Create one with <code>roam volume create</code>.</p>{{end}}
+{{else}}<p class="empty">{{if .Total}}No volumes on this page.{{else}}No volumes yet. Create one with <code>roam volume create</code>.{{end}}</p>{{end}}
 {{end}}
 
 {{define "volume"}}
@@ -271,11 +274,21 @@ func (s *HTTPServer) uiVolumesPage() *uiPage {
 	return &uiPage{
 		Title: "Volumes", Topics: []string{structs.TopicCSIVolume, structs.TopicCSIPlugin}, APIs: []string{api},
 		render: func(r *http.Request) (template.HTML, error) {
+			page, err := uiPageParam(r)
+			if err != nil {
+				return "", err
+			}
 			obj, err := s.uiCall(r, s.csiVolumesList, api)
 			if err != nil {
 				return "", err
 			}
-			return uiExec("volumes", obj)
+			all := obj.([]*structs.CSIVolListStub)
+			data := map[string]any{"Total": len(all), "Page": page, "Prev": page - 1, "Next": page + 1,
+				"Pages": max(1, (len(all)+uiPageSize-1)/uiPageSize)}
+			from := min(len(all), (page-1)*uiPageSize)
+			to := min(len(all), from+uiPageSize)
+			data["Volumes"], data["First"], data["Last"] = all[from:to], from+1, to
+			return uiExec("volumes", data)
 		},
 	}
 }
@@ -485,6 +498,27 @@ func (s *HTTPServer) uiAllocPage(id string) *uiPage {
 			return uiExec("alloc", map[string]any{"A": obj})
 		},
 	}
+}
+
+// uiPageSize is how many rows a long list shows per page: a page of a
+// few hundred rows paints at once, and a cluster with 10,000 volumes does
+// not send megabytes of HTML on every refresh.
+const uiPageSize = 250
+
+// maxUIPage bounds the page parameter.
+const maxUIPage = 1 << 20
+
+// uiPageParam reads ?page= (1-based; 1 when absent).
+func uiPageParam(r *http.Request) (int, error) {
+	raw := r.URL.Query().Get("page")
+	if raw == "" {
+		return 1, nil
+	}
+	n, err := strconv.Atoi(raw)
+	if err != nil || n < 1 || n > maxUIPage {
+		return 0, badRequest("Invalid page %q: must be a whole number from 1 to %d", raw, maxUIPage)
+	}
+	return n, nil
 }
 
 // servername is a server's name when known, else its ID.
