@@ -229,9 +229,10 @@ var managementOnly = coarse((*acl.ACL).IsManagement)
 // rpcACLRules maps every RPC to what it needs. TestACL_RPCTableCoversEveryMethod
 // fails when a registered method has no row.
 var rpcACLRules = map[string]aclRule{
-	"Status.Ping":   {exempt: "open"},
-	"Status.Leader": {exempt: "open"},
-	"Status.Peers":  {exempt: "open"},
+	"Status.Ping":       {exempt: "open"},
+	"Status.Leader":     {exempt: "open"},
+	"Status.Peers":      {exempt: "open"},
+	"Status.Leadership": coarse((*acl.ACL).AllowOperatorRead),
 	// Members answers /v1/agent/members (node read, as in Nomad) and
 	// part of /v1/agent/self (agent read).
 	"Status.Members":     coarse(func(a *acl.ACL) bool { return a.AllowNodeRead() || a.AllowAgentRead() }),
@@ -295,6 +296,7 @@ var rpcACLRules = map[string]aclRule{
 	"CSIVolume.Get":            nsCap(acl.NamespaceCapabilityCSIReadVolume),
 	"CSIPlugin.List":           coarse((*acl.ACL).AllowPluginList),
 	"CSIPlugin.Get":            coarse((*acl.ACL).AllowPluginRead),
+	"CSIPlugin.Lanes":          coarse((*acl.ACL).AllowPluginRead),
 
 	"ACL.Bootstrap":      {exempt: "open"}, // once only, or with the reset index
 	"ACL.UpsertPolicies": managementOnly,

@@ -123,6 +123,8 @@ var rpcACLCases = map[string]rpcACLCase{
 	"Alloc.Logs":               {grant: nsCaps("read-logs"), near: nsCaps("read-job")},
 	"CSIVolume.Get":            {grant: nsCaps("csi-read-volume"), near: nsCaps("csi-list-volume")},
 	"CSIPlugin.List":           {grant: `plugin { policy = "list" }`, near: nsRead},
+	"CSIPlugin.Lanes":          {grant: `plugin { policy = "read" }`, near: `plugin { policy = "list" }`},
+	"Status.Leadership":        {grant: `operator { policy = "read" }`, near: `agent { policy = "write" }`},
 	"CSIPlugin.Get":            {grant: `plugin { policy = "read" }`, near: `plugin { policy = "list" }`},
 
 	"ACL.Bootstrap":      {exempt: "open"},

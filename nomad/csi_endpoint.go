@@ -352,3 +352,23 @@ func claimHeld(store *state.StateStore, allocID string, cl *structs.CSIVolumeCla
 	}
 	return csiclaim.WhyHeld(a), nil
 }
+
+// Lanes returns the leader's controller lanes: depth, calls in flight and
+// the latest calls' durations and timeouts per plugin. Always answered by
+// the leader (a stale read is not allowed: only the leader has lanes) and
+// never blocks.
+func (c *CSIPlugin) Lanes(args *structs.CSILanesRequest, reply *structs.CSILanesResponse) error {
+	args.AllowStale = false
+	args.MinQueryIndex = 0
+	if done, err := c.srv.forward("CSIPlugin.Lanes", args, args, reply); done {
+		return err
+	}
+	lanes := c.srv.lanes.Load()
+	if lanes == nil {
+		return fmt.Errorf("csi lanes: leader duties not running: %w", structs.ErrNoLeader)
+	}
+	reply.Lanes = lanes.Stats()
+	reply.Index = max(c.srv.raft.AppliedIndex(), 1)
+	reply.KnownLeader = true
+	return nil
+}

@@ -34,6 +34,7 @@ func (s *Server) monitorLeadership() {
 		case obs := <-obsCh:
 			lo := obs.Data.(raft.LeaderObservation)
 			s.logger.Debug("leader observed", "leader", lo.LeaderAddr, "leader_id", lo.LeaderID)
+			s.leadership.observe(string(lo.LeaderID), string(lo.LeaderAddr), time.Now())
 			s.notifyLeaderChange()
 		case <-s.shutdownCtx.Done():
 			return
@@ -148,6 +149,7 @@ func (s *Server) reportLeaderlessGap(lastContact time.Time) {
 		return
 	}
 	gap := time.Since(lastContact)
+	s.leadership.leaderGap(s.ID(), s.advertise, gap, time.Now())
 	metrics.AddSample([]string{"leader", "leaderless_gap"}, float32(gap.Seconds()*1000))
 	s.logger.Info("leader duties started", "leaderless_gap", gap)
 }

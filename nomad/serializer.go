@@ -3,6 +3,7 @@ package nomad
 import (
 	"context"
 	"fmt"
+	"sort"
 	"sync"
 	"time"
 
@@ -42,6 +43,24 @@ type controllerLanes struct {
 	running inFlight
 	// fences pins a plugin's calls to one node, by plugin ID (see fence).
 	fences map[string]fence
+	// stats are what the lanes did, by plugin ID, for operators (the UI's
+	// plugin page); at most maxLaneStats plugins.
+	stats map[string]*laneStats
+}
+
+// maxLaneStats bounds how many plugins' lane stats a leader keeps; a
+// plugin beyond it is not recorded (its lane works the same).
+const maxLaneStats = 1024
+
+// laneStats is one plugin's record; guarded by controllerLanes.mu.
+type laneStats struct {
+	inFlight int
+	calls    uint64
+	timeouts uint64
+	// recent is a ring of the latest finished calls; next is where the
+	// next one goes.
+	recent []structs.CSILaneCall
+	next   int
 }
 
 // lane is one plugin's queue. Invariant (under controllerLanes.mu): a lane
@@ -74,6 +93,7 @@ func newControllerLanes(parent context.Context, callTimeout time.Duration, logge
 		logger:      logger.Named("csi_lanes"),
 		lanes:       make(map[string]*lane),
 		fences:      make(map[string]fence),
+		stats:       make(map[string]*laneStats),
 	}
 }
 
@@ -100,20 +120,92 @@ func (l *controllerLanes) Do(ctx context.Context, pluginID string, op string, fn
 
 	callCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.callTimeout)
 	defer cancel()
+	start := time.Now()
+	l.callStarted(pluginID)
+	var passedDeadline bool
 
 	// Exactly one of the deadline callback and the normal return releases
 	// the lane: stop() reports true only if the callback will never run.
 	timedOut := context.AfterFunc(callCtx, func() {
 		metrics.IncrCounterWithLabels([]string{"csi", "lane", "timeout"}, 1, pluginLabels(pluginID))
+		l.callTimedOut(pluginID)
 		l.logger.Warn("controller call passed its deadline; releasing lane to the next caller",
 			"plugin_id", pluginID, "op", op, "timeout", l.callTimeout)
 		l.release(pluginID)
 	})
 	err := fn(callCtx)
-	if timedOut() {
+	passedDeadline = !timedOut()
+	if !passedDeadline {
 		l.release(pluginID)
 	}
+	l.callDone(pluginID, structs.CSILaneCall{
+		Op: op, Start: start, Duration: time.Since(start), TimedOut: passedDeadline, Failed: err != nil,
+	})
 	return err
+}
+
+// statsLocked returns pluginID's record, creating it while there is room.
+func (l *controllerLanes) statsLocked(pluginID string) *laneStats {
+	st, ok := l.stats[pluginID]
+	if !ok && len(l.stats) < maxLaneStats {
+		st = &laneStats{}
+		l.stats[pluginID] = st
+	}
+	return st
+}
+
+func (l *controllerLanes) callStarted(pluginID string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if st := l.statsLocked(pluginID); st != nil {
+		st.inFlight++
+	}
+}
+
+func (l *controllerLanes) callTimedOut(pluginID string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if st := l.statsLocked(pluginID); st != nil {
+		st.timeouts++
+	}
+}
+
+func (l *controllerLanes) callDone(pluginID string, call structs.CSILaneCall) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	st := l.statsLocked(pluginID)
+	if st == nil {
+		return
+	}
+	st.inFlight--
+	st.calls++
+	if len(st.recent) < structs.CSILaneRecentCalls {
+		st.recent = append(st.recent, call)
+		return
+	}
+	st.recent[st.next] = call
+	st.next = (st.next + 1) % len(st.recent)
+}
+
+// Stats returns every recorded lane, sorted by plugin ID.
+func (l *controllerLanes) Stats() []*structs.CSILaneStats {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make([]*structs.CSILaneStats, 0, len(l.stats))
+	for id, st := range l.stats {
+		ls := &structs.CSILaneStats{
+			PluginID: id, InFlight: st.inFlight, Calls: st.calls, Timeouts: st.timeouts,
+			Recent: make([]structs.CSILaneCall, 0, len(st.recent)),
+		}
+		if ln, ok := l.lanes[id]; ok {
+			ls.Depth = len(ln.waiters)
+		}
+		ls.Recent = append(ls.Recent, st.recent[st.next:]...)
+		ls.Recent = append(ls.Recent, st.recent[:st.next]...)
+		out = append(out, ls)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].PluginID < out[j].PluginID })
+	return out
 }
 
 // waitIdle waits until no call is running, or ctx ends. It returns how many

@@ -97,6 +97,8 @@ type Server struct {
 	// changes, waking requests that are waiting for one.
 	leaderChangeMu sync.Mutex
 	leaderChangeCh chan struct{}
+	// leadership is the leadership changes this server saw.
+	leadership leadershipLog
 
 	shutdownCtx    context.Context
 	shutdownCancel context.CancelFunc

@@ -116,3 +116,18 @@ func (st *Status) CancelQuery(args *structs.QueryCancelRequest, reply *structs.Q
 	reply.Cancelled = st.srv.queryCancels.cancel(args.CancelID)
 	return nil
 }
+
+// Leadership returns the leadership changes this server saw, oldest
+// first. It is forwarded to the leader unless the read allows stale, as
+// the leader holds the exact gap of the latest change.
+func (st *Status) Leadership(args *structs.GenericRequest, reply *structs.LeadershipHistoryResponse) error {
+	if done, err := st.srv.forward("Status.Leadership", args, args, reply); done {
+		return err
+	}
+	reply.ServerID = st.srv.ID()
+	reply.Changes = st.srv.leadership.list()
+	reply.Index = max(st.srv.raft.AppliedIndex(), 1)
+	_, leaderID := st.srv.Leader()
+	reply.KnownLeader = leaderID != ""
+	return nil
+}

@@ -80,6 +80,7 @@ func NewHTTPServer(a *Agent, ln net.Listener, logger hclog.Logger) *HTTPServer {
 	}
 	s.routes = map[string]map[string]handlerFunc{
 		"/v1/status/leader":               {http.MethodGet: s.statusLeader},
+		statusLeadershipPath:              {http.MethodGet: s.statusLeadership},
 		"/v1/status/peers":                {http.MethodGet: s.statusPeers},
 		"/v1/agent/self":                  {http.MethodGet: s.agentSelf},
 		"/v1/agent/members":               {http.MethodGet: s.agentMembers},
@@ -161,6 +162,10 @@ func (s *HTTPServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			"status", rec.status, "duration", time.Since(start), "remote", r.RemoteAddr)
 	}()
 
+	if p := r.URL.Path; p == "/" || p == "/ui" || strings.HasPrefix(p, uiPathPrefix) {
+		s.serveUI(rec, r)
+		return
+	}
 	route, methods := s.match(r.URL.EscapedPath())
 	if methods == nil {
 		s.writeError(rec, &codedError{code: http.StatusNotFound, msg: "Invalid URL path " + strconv.Quote(r.URL.Path)})

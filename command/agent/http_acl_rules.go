@@ -91,6 +91,8 @@ var httpACLRules = func() map[string]httpRule {
 	add(csiSnapshotPath, httpNS(acl.NamespaceCapabilityCSIListVolume), get)
 	add("/v1/volumes/external", httpNS(acl.NamespaceCapabilityCSIListVolume), get)
 	add(subRoute(csiVolumePathPrefix, "expand"), httpNS(acl.NamespaceCapabilityCSIWriteVolume), put, post)
+	add(csiLanesPath, httpCoarse((*acl.ACL).AllowPluginRead), get)
+	add(statusLeadershipPath, httpCoarse((*acl.ACL).AllowOperatorRead), get)
 	add("/v1/plugins", httpCoarse((*acl.ACL).AllowPluginList), get)
 	add(csiPluginPathPrefix, httpCoarse((*acl.ACL).AllowPluginRead), get)
 

@@ -145,8 +145,10 @@ var (
 			grant: ns("read-job", "csi-read-volume") + "\n" + `node { policy = "read" }` + "\n" + `plugin { policy = "read" }`,
 			near:  ns("read-job", "csi-read-volume") + "\n" + `node { policy = "read" }`,
 		},
-		"GET /v1/plugins":     {grant: `plugin { policy = "list" }`, near: `namespace "default" { policy = "write" }`},
-		"GET /v1/plugin/csi/": {grant: `plugin { policy = "read" }`, near: `plugin { policy = "list" }`},
+		"GET /v1/plugins/csi/lanes": {grant: `plugin { policy = "read" }`, near: `plugin { policy = "list" }`},
+		"GET /v1/status/leadership": {grant: `operator { policy = "read" }`, near: `agent { policy = "write" }`},
+		"GET /v1/plugins":           {grant: `plugin { policy = "list" }`, near: `namespace "default" { policy = "write" }`},
+		"GET /v1/plugin/csi/":       {grant: `plugin { policy = "read" }`, near: `plugin { policy = "list" }`},
 
 		"PUT /v1/acl/bootstrap":  {exempt: "bootstrap"},
 		"POST /v1/acl/bootstrap": {exempt: "bootstrap"},

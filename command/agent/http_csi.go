@@ -30,6 +30,31 @@ func (s *HTTPServer) addCSIRoutes() {
 	s.routes["/v1/volumes/external"] = map[string]handlerFunc{http.MethodGet: s.csiVolumesExternal}
 	s.routes["/v1/plugins"] = map[string]handlerFunc{http.MethodGet: s.csiPluginsList}
 	s.routes[csiPluginPathPrefix] = map[string]handlerFunc{http.MethodGet: s.csiPluginGet}
+	s.routes[csiLanesPath] = map[string]handlerFunc{http.MethodGet: s.csiLanes}
+}
+
+// csiLanesPath is a Roam route (Nomad has no lanes): the leader's
+// controller lanes.
+const csiLanesPath = "/v1/plugins/csi/lanes"
+
+// csiLanes answers GET /v1/plugins/csi/lanes with every plugin lane the
+// leader has used since it became leader: depth now, calls in flight,
+// call and timeout counts and the latest calls. Always the leader's
+// answer; not a blocking query.
+func (s *HTTPServer) csiLanes(w http.ResponseWriter, r *http.Request) (any, error) {
+	var args structs.CSILanesRequest
+	if err := s.parseQuery(r, &args.QueryOptions); err != nil {
+		return nil, err
+	}
+	var reply structs.CSILanesResponse
+	if err := s.rpc(r, "CSIPlugin.Lanes", &args, &reply); err != nil {
+		return nil, err
+	}
+	setMeta(w, reply.QueryMeta)
+	if reply.Lanes == nil {
+		reply.Lanes = []*structs.CSILaneStats{}
+	}
+	return reply.Lanes, nil
 }
 
 // requireCSIType refuses list requests for any type but csi, the only one

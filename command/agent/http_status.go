@@ -265,3 +265,27 @@ func (s *HTTPServer) selfConfig() map[string]any {
 	}
 	return cfg
 }
+
+// statusLeadershipPath is a Roam route: recent leadership changes with
+// their leaderless gaps.
+const statusLeadershipPath = "/v1/status/leadership"
+
+// statusLeadership answers GET /v1/status/leadership with the leadership
+// changes the leader saw (with ?stale, those the answering server saw),
+// oldest first. Not a blocking query.
+func (s *HTTPServer) statusLeadership(w http.ResponseWriter, r *http.Request) (any, error) {
+	var args structs.GenericRequest
+	if err := s.parseQuery(r, &args.QueryOptions); err != nil {
+		return nil, err
+	}
+	args.MinQueryIndex = 0
+	var reply structs.LeadershipHistoryResponse
+	if err := s.rpc(r, "Status.Leadership", &args, &reply); err != nil {
+		return nil, err
+	}
+	setMeta(w, reply.QueryMeta)
+	if reply.Changes == nil {
+		reply.Changes = []*structs.LeadershipChange{}
+	}
+	return &reply, nil
+}

@@ -342,7 +342,7 @@ func TestHTTP_Routing(t *testing.T) {
 	t.Parallel()
 	a := newDevAgent(t)
 
-	for _, path := range []string{"/", "/v1", "/v1/status", "/v1/nope", "/v1/nodes/extra", "/v2/nodes"} {
+	for _, path := range []string{"/v1", "/v1/status", "/v1/nope", "/v1/nodes/extra", "/v2/nodes"} {
 		res := do(t, a, http.MethodGet, path)
 		must.EqOp(t, http.StatusNotFound, res.code, must.Sprintf("GET %s", path))
 	}
