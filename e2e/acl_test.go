@@ -99,11 +99,11 @@ func TestACL_MountWithoutWrite(t *testing.T) {
 	must.NotEq(t, "", tok.SecretID)
 
 	// Without csi-mount-volume the same job is refused at submission.
-	cc.MustCLI("acl", "policy", "apply", "submitter", writeTemp(t, `namespace "default" { capabilities = ["submit-job"] }`))
+	cc.MustCLI("acl", "policy", "apply", "submitter", writeTemp(t, "submitter.hcl", `namespace "default" { capabilities = ["submit-job"] }`))
 	out = cc.MustCLI("acl", "token", "create", "-name", "submitter", "-policy", "submitter", "-json")
 	var sub api.ACLToken
 	must.NoError(t, json.Unmarshal([]byte(out), &sub))
-	job := writeTemp(t, csiJob("acl-job", "service", 1, "acl-vol", false, "", "echo ok > data/f; sleep 3600"))
+	job := writeTemp(t, "acl-job.hcl", csiJob("acl-job", "service", 1, "acl-vol", false, "", "echo ok > data/f; sleep 3600"))
 	stdout, stderr, rc := cc.RunCLI("job", "run", "-detach", "-token", sub.SecretID, job)
 	must.NotEq(t, 0, rc, must.Sprintf("job without csi-mount-volume was accepted: %s", stdout))
 	must.StrContains(t, stderr, "Permission denied")
@@ -141,7 +141,7 @@ func TestACL_MountWithoutWrite(t *testing.T) {
 
 	// The anonymous policy grants the anonymous token what it says, and
 	// nothing more.
-	cc.MustCLI("acl", "policy", "apply", "anonymous", writeTemp(t, `namespace "default" { capabilities = ["list-jobs"] }`))
+	cc.MustCLI("acl", "policy", "apply", "anonymous", writeTemp(t, "anonymous.hcl", `namespace "default" { capabilities = ["list-jobs"] }`))
 	WaitFor(t, csiSettle, func() error {
 		if code, body := aclRequest(t, http.MethodGet, server, "/v1/jobs", "", nil); code != http.StatusOK {
 			return fmt.Errorf("anonymous GET /v1/jobs: %d %s", code, body)
@@ -152,14 +152,4 @@ func TestACL_MountWithoutWrite(t *testing.T) {
 	must.Eq(t, http.StatusForbidden, code)
 	code, _ = aclRequest(t, http.MethodGet, server, vol, "", nil)
 	must.Eq(t, http.StatusForbidden, code)
-}
-
-func writeTemp(t *testing.T, content string) string {
-	t.Helper()
-	f, err := os.CreateTemp(t.TempDir(), "acl-*.hcl")
-	must.NoError(t, err)
-	_, err = f.WriteString(content)
-	must.NoError(t, err)
-	must.NoError(t, f.Close())
-	return f.Name()
 }

@@ -274,6 +274,20 @@ func (s *HTTPServer) uiCall(r *http.Request, h handlerFunc, apiURL string) (any,
 	return obj, nil
 }
 
+// uiAllows reports whether the browser's token may call method on the
+// API path apiPath, so that a page can disable what it would refuse.
+func (s *HTTPServer) uiAllows(r *http.Request, method, apiPath string) bool {
+	u, err := url.Parse(apiPath)
+	if err != nil {
+		return false
+	}
+	sub := r.Clone(r.Context())
+	sub.Method = method
+	sub.URL = u
+	route, _ := s.match(u.EscapedPath())
+	return s.authorizeHTTP(sub, route) == nil
+}
+
 // uiDiscardWriter takes the index headers an API handler sets and drops
 // them; a UI page answers with its own.
 type uiDiscardWriter struct{ header http.Header }

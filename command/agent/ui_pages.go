@@ -116,12 +116,13 @@ var uiTemplates = template.Must(template.New("ui").Funcs(template.FuncMap{
 </dl>
 <h2 id="drain-h">Drain</h2>
 <form id="drain-form" class="drain" data-node="{{.N.ID}}" data-draining="{{.N.Drain}}" aria-labelledby="drain-h">
-{{if .N.Drain}}<button type="submit" id="drain-button" data-action="stop">Stop drain</button>
+{{if not .CanWrite}}<p id="drain-denied" class="hint">Your token cannot change nodes: draining needs node write.</p>{{end}}
+{{if .N.Drain}}<button type="submit" id="drain-button" data-action="stop"{{if not .CanWrite}} disabled aria-disabled="true"{{end}}>Stop drain</button>
 {{else}}<label for="drain-deadline">Deadline</label>
 <input id="drain-deadline" name="deadline" value="1h" size="6" aria-describedby="drain-hint">
 <label><input type="checkbox" id="drain-ignore-system"> Ignore system jobs</label>
-<button type="submit" id="drain-button" data-action="start">Drain node</button>
-{{if eq .N.SchedulingEligibility "ineligible"}}<button type="button" id="eligible-button">Mark eligible</button>{{end}}
+<button type="submit" id="drain-button" data-action="start"{{if not .CanWrite}} disabled aria-disabled="true"{{end}}>Drain node</button>
+{{if eq .N.SchedulingEligibility "ineligible"}}<button type="button" id="eligible-button"{{if not .CanWrite}} disabled aria-disabled="true"{{end}}>Mark eligible</button>{{end}}
 <span id="drain-hint" class="hint">Go duration such as 30s, 10m or 1h; needs a token with node write.</span>{{end}}
 <span id="drain-result" role="status" aria-live="polite"></span>
 </form>
@@ -444,7 +445,8 @@ func (s *HTTPServer) uiNodePage(id string) *uiPage {
 			}
 			list := append([]*structs.Allocation(nil), allocs.([]*structs.Allocation)...)
 			sort.Slice(list, func(i, j int) bool { return list[i].Name < list[j].Name })
-			return uiExec("node", map[string]any{"N": n, "Allocs": list})
+			return uiExec("node", map[string]any{"N": n, "Allocs": list,
+				"CanWrite": s.uiAllows(r, http.MethodPut, nodePathPrefix+url.PathEscape(n.ID)+"/drain")})
 		},
 	}
 }
