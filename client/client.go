@@ -278,7 +278,7 @@ func (c *Client) getConn() (*serverConn, error) {
 	c.next = (c.next + 1) % len(c.servers)
 	c.mu.Unlock()
 
-	conn, err := dialServer(addr, c.config.DialTimeout, c.config.TLS, c.logger)
+	conn, err := dialServer(addr, c.config.DialSource, c.config.DialTimeout, c.config.TLS, c.logger)
 	if err != nil {
 		return nil, &dialError{fmt.Errorf("%s: %w", addr, err)}
 	}

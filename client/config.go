@@ -34,6 +34,9 @@ type Config struct {
 	MaxRetryBackoff time.Duration
 	// DialTimeout bounds one connection attempt.
 	DialTimeout time.Duration
+	// DialSource is the IP connections to servers leave from when it is a
+	// loopback address (see netutil.Dialer); empty lets the kernel pick.
+	DialSource string
 	// TLS, when it wraps RPC, makes the client dial servers with TLS and
 	// present its certificate. Nil means plain TCP.
 	TLS *tlsutil.Configurator

@@ -41,6 +41,10 @@ type Config struct {
 	// RPCAdvertise is the address other agents dial; defaults to the bound
 	// listener address.
 	RPCAdvertise string
+	// DialSource is the IP outgoing RPC and Raft connections leave from
+	// when it is a loopback address (see netutil.Dialer); empty lets the
+	// kernel pick.
+	DialSource string
 	// Listener, if set, is used instead of binding RPCAddr (tests).
 	Listener net.Listener
 

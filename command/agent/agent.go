@@ -201,6 +201,7 @@ func (a *Agent) setupServer() error {
 	sc.RPCFrameTimeout = parseDurationOr(limits.RPCFrameTimeout, sc.RPCFrameTimeout)
 	sc.Logger = a.logger.ResetNamed("")
 	sc.TLS = a.tls
+	sc.DialSource = c.BindAddr
 
 	ln, err := net.Listen("tcp", sc.RPCAddr)
 	if err != nil {
@@ -263,6 +264,7 @@ func (a *Agent) clientConfig(httpAdvertise string) (*client.Config, error) {
 	}
 	cc.Logger = a.logger.ResetNamed("")
 	cc.TLS = a.tls
+	cc.DialSource = c.BindAddr
 	return cc, nil
 }
 
