@@ -157,6 +157,14 @@ type Config struct {
 	leaderDutyFault func() error
 }
 
+// FreeClaimsAfter is the shortest time from a node's last heartbeat to the
+// moment the leader may mark it down and free its volume claims: a
+// heartbeat arms a timer of at least MinHeartbeatTTL, a new leader arms
+// FailoverHeartbeatTTL, and HeartbeatGrace is added to either.
+func (c *Config) FreeClaimsAfter() time.Duration {
+	return min(c.MinHeartbeatTTL, c.FailoverHeartbeatTTL) + c.HeartbeatGrace
+}
+
 // DefaultConfig returns a configuration for a single server bound to
 // 127.0.0.1:4647 that keeps its data in memory until DataDir is set.
 func DefaultConfig() *Config {

@@ -265,6 +265,7 @@ func (a *Agent) clientConfig(httpAdvertise string) (*client.Config, error) {
 	cc.Logger = a.logger.ResetNamed("")
 	cc.TLS = a.tls
 	cc.DialSource = c.BindAddr
+	cc.StopOnClientAfter = parseDurationOr(c.Client.StopOnClientAfter, cc.StopOnClientAfter)
 	return cc, nil
 }
 
