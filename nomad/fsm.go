@@ -26,6 +26,7 @@ const (
 	snapCSIVolume
 	snapCSIPlugin
 	snapClusterMeta
+	snapCSIFence
 )
 
 // FSM applies committed Raft entries to the state store. Apply touches
@@ -190,6 +191,10 @@ var fsmAppliers = map[structs.MessageType]fsmApplier{
 		func(st *state.StateStore, index uint64, req *structs.ClusterMetadataRequest) ([]*structs.Evaluation, error) {
 			return nil, st.SetClusterMetadata(index, &req.Metadata)
 		}),
+	structs.CSIControllerFenceRequestType: decodeApply(structs.CSIControllerFenceRequestType,
+		func(st *state.StateStore, index uint64, req *structs.CSIControllerFenceRequest) ([]*structs.Evaluation, error) {
+			return nil, st.UpsertCSIControllerFence(index, &req.Fence)
+		}),
 	structs.NodeUpdateEligibilityRequestType: decodeApply(structs.NodeUpdateEligibilityRequestType,
 		func(st *state.StateStore, index uint64, req *structs.NodeUpdateEligibilityRequest) ([]*structs.Evaluation, error) {
 			return req.Evals, st.UpdateNodeEligibility(index, req.NodeID, req.Eligibility, req.UpdatedAt, req.Evals)
@@ -236,6 +241,7 @@ var snapshotTables = map[snapshotRecord]string{
 	snapCSIVolume:   "csi_volumes",
 	snapCSIPlugin:   "csi_plugins",
 	snapClusterMeta: "cluster_meta",
+	snapCSIFence:    "csi_fences",
 }
 
 // restoreStore reads a snapshot stream (as Persist writes it) into a new
@@ -325,6 +331,12 @@ func restoreRecord(dec *codec.Decoder, restore *state.Restore, rec snapshotRecor
 			return err
 		}
 		return restore.ClusterMetadata(&m)
+	case snapCSIFence:
+		var f structs.CSIControllerFence
+		if err := dec.Decode(&f); err != nil {
+			return err
+		}
+		return restore.CSIControllerFence(&f)
 	}
 	return fmt.Errorf("unknown record type %d", rec)
 }
@@ -416,6 +428,15 @@ func (s *fsmSnapshot) persist(w io.Writer) error {
 	}
 	for _, p := range plugins {
 		if err := write(snapCSIPlugin, p); err != nil {
+			return err
+		}
+	}
+	fences, err := s.snap.CSIControllerFences(nil)
+	if err != nil {
+		return err
+	}
+	for _, f := range fences {
+		if err := write(snapCSIFence, f); err != nil {
 			return err
 		}
 	}

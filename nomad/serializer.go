@@ -42,6 +42,10 @@ type controllerLanes struct {
 	running inFlight
 	// fences pins a plugin's calls to one node, by plugin ID (see fence).
 	fences map[string]fence
+	// idle is, by plugin ID, the node on which this leader has seen a
+	// controller call answered: that client's lane has finished every
+	// call an earlier leader sent there (see recordedFence).
+	idle map[string]string
 }
 
 // lane is one plugin's queue. Invariant (under controllerLanes.mu): a lane
@@ -74,6 +78,7 @@ func newControllerLanes(parent context.Context, callTimeout time.Duration, logge
 		logger:      logger.Named("csi_lanes"),
 		lanes:       make(map[string]*lane),
 		fences:      make(map[string]fence),
+		idle:        make(map[string]string),
 	}
 }
 

@@ -28,6 +28,7 @@ const (
 	CSIVolumeDeregisterRequestType
 	CSIVolumeClaimRequestType
 	ClusterMetadataRequestType
+	CSIControllerFenceRequestType
 )
 
 // String names the message type for logs and errors.
@@ -63,6 +64,8 @@ func (t MessageType) String() string {
 		return "CSIVolumeClaim"
 	case ClusterMetadataRequestType:
 		return "ClusterMetadata"
+	case CSIControllerFenceRequestType:
+		return "CSIControllerFence"
 	default:
 		return "Unknown"
 	}
