@@ -268,6 +268,10 @@ func TestPartition_ClientCutOffStopsWriter(t *testing.T) {
 		firstRun.End.Sub(cutAt).Round(time.Millisecond), secondRun.Start.Sub(cutAt).Round(time.Millisecond),
 		secondRun.Start.Sub(firstRun.End).Round(time.Millisecond), settle.Round(time.Millisecond))
 	must.SliceEmpty(t, rep.Violations, must.Sprintf("two live writers on single-node-writer vol1:\n%s", rep))
+	// Every claim matches its allocation's status, and every attach at the
+	// provider has its claim.
+	vols := []volRef{{ID: "vol1", ExtID: ext, StateDir: cc.StateDir}}
+	must.NoError(t, cc.claimsSettled(vols, []string{"writer"}, func(*Alloc) string { return "vol1" }))
 	must.True(t, firstRun.End.Before(secondRun.Start), must.Sprintf("first writer's last write is not before the replacement's first:\n%s", rep))
 	cc.mustNoOverlaps(t)
 }
