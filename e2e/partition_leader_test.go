@@ -166,7 +166,9 @@ func TestPartition_ServerMinorityWithClients(t *testing.T) {
 		if second == nil {
 			return fmt.Errorf("job b has no running allocation:\n%s", allocTable(list))
 		}
-		var v struct{ Claims []struct{ AllocationID, State string } }
+		var v struct {
+			Claims []struct{ AllocationID, State string }
+		}
 		if err := GetJSON(api, "/v1/volume/csi/vol1", &v); err != nil {
 			return err
 		}
