@@ -35,6 +35,13 @@ type Client struct {
 	localIP      string
 	heartbeatTTL time.Duration
 	registered   bool
+	// lastContact is when a heartbeat last succeeded; freeClaimsAfter is
+	// the servers' window from then until they may free this node's
+	// claims; outageStopped is set once outageWatch has stopped the
+	// claim holders for the current outage.
+	lastContact     time.Time
+	freeClaimsAfter time.Duration
+	outageStopped   bool
 
 	// registeredCh is closed once the node has registered for the first time.
 	registeredCh   chan struct{}
@@ -154,6 +161,11 @@ func NewClient(config *Config) (*Client, error) {
 	go func() {
 		defer c.wg.Done()
 		c.heartbeatLoop()
+	}()
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		c.outageWatch()
 	}()
 	c.logger.Info("client started", "node_id", id.NodeID, "name", config.NodeName, "servers", config.Servers)
 	return c, nil
@@ -278,7 +290,7 @@ func (c *Client) getConn() (*serverConn, error) {
 	c.next = (c.next + 1) % len(c.servers)
 	c.mu.Unlock()
 
-	conn, err := dialServer(addr, c.config.DialTimeout, c.config.TLS, c.logger)
+	conn, err := dialServer(addr, c.config.DialSource, c.config.DialTimeout, c.config.TLS, c.logger)
 	if err != nil {
 		return nil, &dialError{fmt.Errorf("%s: %w", addr, err)}
 	}
@@ -343,6 +355,9 @@ func (c *Client) heartbeatLoop() {
 		c.mu.Lock()
 		registered := c.registered
 		c.mu.Unlock()
+		// The servers armed the node's timer at some moment after this
+		// one: counting the outage from here errs on the safe side.
+		sent := time.Now()
 		if !registered || reregister {
 			err = c.register(&resp)
 			if err == nil {
@@ -370,6 +385,7 @@ func (c *Client) heartbeatLoop() {
 			c.logger.Error("heartbeat failed", "error", err)
 		} else {
 			c.learnServers(resp.Servers)
+			c.noteContact(sent, &resp)
 			c.mu.Lock()
 			c.heartbeatTTL = resp.HeartbeatTTL
 			c.mu.Unlock()

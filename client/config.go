@@ -34,6 +34,16 @@ type Config struct {
 	MaxRetryBackoff time.Duration
 	// DialTimeout bounds one connection attempt.
 	DialTimeout time.Duration
+	// StopOnClientAfter is how long the client goes without reaching any
+	// server (no successful heartbeat) before it kills its allocations
+	// that hold CSI volumes and unpublishes their volumes, so that they
+	// stop writing before the servers declare the node down and hand the
+	// volumes to someone else. Zero never stops them: unsafe, and logged
+	// as such. See StopWindow for how it must nest in the servers' window.
+	StopOnClientAfter time.Duration
+	// DialSource is the IP connections to servers leave from when it is a
+	// loopback address (see netutil.Dialer); empty lets the kernel pick.
+	DialSource string
 	// TLS, when it wraps RPC, makes the client dial servers with TLS and
 	// present its certificate. Nil means plain TCP.
 	TLS *tlsutil.Configurator
@@ -149,6 +159,9 @@ func DefaultConfig() *Config {
 		// Under the servers' default node detach timeout (1m), with room
 		// for the answer to get back to them.
 		CSINodeCallTimeout: 50 * time.Second,
+		// With the default kill timeout (5s) and StopMargin, inside the
+		// servers' default window of 20s (see StopWindow).
+		StopOnClientAfter: 10 * time.Second,
 
 		Logger: hclog.NewNullLogger(),
 	}
@@ -177,6 +190,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("client config: csi controller wait = %s, must not be negative", c.CSIControllerWait)
 	case c.CSINodeCallTimeout <= 0:
 		return fmt.Errorf("client config: csi node call timeout = %s, must be positive", c.CSINodeCallTimeout)
+	case c.StopOnClientAfter < 0:
+		return fmt.Errorf("client config: stop_on_client_after = %s, must not be negative (0 disables it)", c.StopOnClientAfter)
 	}
 	// The servers refuse a node whose name breaks the ID rule: say so at
 	// start rather than in a registration retried forever.

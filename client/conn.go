@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/yamux"
+	"github.com/roamhq/roam/internal/netutil"
 	"github.com/roamhq/roam/internal/tlsutil"
 	"github.com/roamhq/roam/structs"
 )
@@ -28,8 +29,8 @@ type serverConn struct {
 	closeOnce sync.Once
 }
 
-func dialServer(addr string, timeout time.Duration, tlsConf *tlsutil.Configurator, logger hclog.Logger) (*serverConn, error) {
-	conn, err := net.DialTimeout("tcp", addr, timeout)
+func dialServer(addr, source string, timeout time.Duration, tlsConf *tlsutil.Configurator, logger hclog.Logger) (*serverConn, error) {
+	conn, err := netutil.Dialer(source, timeout).Dial("tcp", addr)
 	if err != nil {
 		return nil, err
 	}

@@ -131,7 +131,7 @@ func TestRPCErrors_ServerToClientCaller(t *testing.T) {
 	errs := clientErrors()
 	srv := structs.NewRPCServer()
 	must.NoError(t, srv.RegisterName("Failing", failing{errs: errs}))
-	conn, err := dialServer(fakeRPCServer(t, srv), 5*time.Second, nil, hclog.NewNullLogger())
+	conn, err := dialServer(fakeRPCServer(t, srv), "", 5*time.Second, nil, hclog.NewNullLogger())
 	must.NoError(t, err)
 	t.Cleanup(conn.close)
 

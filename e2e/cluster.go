@@ -30,6 +30,16 @@ type Opts struct {
 	ClientConfigFor func(name string) string
 	// LogLevel of every agent; DEBUG when empty.
 	LogLevel string
+	// OwnAddrs gives every agent a loopback address of its own
+	// (127.X.Y.N, see loopbackIP), which it binds and dials from, so
+	// that a netFaults can cut the links between agents.
+	OwnAddrs bool
+	// StopOnClientAfter is the clients' stop_on_client_after. Empty turns
+	// it off ("0s"): the suites' short heartbeat timers leave no room for
+	// it, and a client that stopped its writers during a leader election
+	// would break tests about other things. Suites about partitions set
+	// it together with server timers it nests in.
+	StopOnClientAfter string
 	// NoRawExec leaves raw_exec off on every client, as a client config
 	// that does not enable it has it. Suites run their workloads with it
 	// on.
@@ -79,13 +89,16 @@ func StartCluster(t testing.TB, opts Opts) *Cluster {
 	for i := 0; i < opts.Servers; i++ {
 		name := fmt.Sprintf("server-%d", i)
 		a := NewAgent(t, name, filepath.Join(c.Dir, name), next(), next())
+		if opts.OwnAddrs {
+			a.IP = loopbackIP(t)
+		}
 		serverRPC = append(serverRPC, a.RPCAddr())
 		c.Servers = append(c.Servers, a)
 	}
 	for _, a := range c.Servers {
 		hcl := fmt.Sprintf(`name      = %q
 data_dir  = %q
-bind_addr = "127.0.0.1"
+bind_addr = %q
 log_level = %q
 
 ports {
@@ -102,15 +115,22 @@ server {
     retry_interval = "500ms"
   }
 }
-`, a.Name, a.DataDir, opts.LogLevel, a.HTTPPort, a.RPCPort, opts.Servers, serverTimers, hclList(serverRPC))
+`, a.Name, a.DataDir, a.ip(), opts.LogLevel, a.HTTPPort, a.RPCPort, opts.Servers, serverTimers, hclList(serverRPC))
 		a.Args = c.writeConfigs(t, a, hcl, opts.ServerConfigExtra)
 	}
 	for i := 0; i < opts.Clients; i++ {
 		name := fmt.Sprintf("client-%d", i)
 		a := NewAgent(t, name, filepath.Join(c.Dir, name), next(), next())
+		if opts.OwnAddrs {
+			a.IP = loopbackIP(t)
+		}
+		stopAfter := opts.StopOnClientAfter
+		if stopAfter == "" {
+			stopAfter = "0s"
+		}
 		hcl := fmt.Sprintf(`name      = %q
 data_dir  = %q
-bind_addr = "127.0.0.1"
+bind_addr = %q
 log_level = %q
 
 ports {
@@ -119,10 +139,11 @@ ports {
 }
 
 client {
-  enabled = true
-  servers = %s
+  enabled              = true
+  servers              = %s
+  stop_on_client_after = %q
 }
-%s`, a.Name, a.DataDir, opts.LogLevel, a.HTTPPort, a.RPCPort, hclList(serverRPC), rawExecHCL(opts))
+%s`, a.Name, a.DataDir, a.ip(), opts.LogLevel, a.HTTPPort, a.RPCPort, hclList(serverRPC), stopAfter, rawExecHCL(opts))
 		extra := opts.ClientConfigExtra
 		if opts.ClientConfigFor != nil {
 			extra += "\n" + opts.ClientConfigFor(name)

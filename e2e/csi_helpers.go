@@ -90,6 +90,9 @@ type csiOpts struct {
 	// a leader: the harness's requests and CLI runs then carry the
 	// management token (csiCluster.ACLToken).
 	ACL bool
+	// OwnAddrs and StopOnClientAfter are Opts' fields of the same names.
+	OwnAddrs          bool
+	StopOnClientAfter string
 }
 
 // startCSICluster starts the cluster and one monolith hostpath plugin per
@@ -188,6 +191,8 @@ func startCSICluster(t *testing.T, opts csiOpts) *csiCluster {
 		ServerConfigExtra: opts.ServerConfigExtra,
 		ClientConfigExtra: opts.ClientConfigExtra,
 		LogLevel:          opts.LogLevel,
+		OwnAddrs:          opts.OwnAddrs,
+		StopOnClientAfter: opts.StopOnClientAfter,
 		ClientConfigFor: func(name string) string {
 			if !opts.ExternalPlugins {
 				return ""
@@ -413,10 +418,27 @@ func (cc *csiCluster) calls(name string) (map[string]int64, error) {
 	return m, nil
 }
 
+// providerOverlaps reads the provider-wide overlap count of the plugins
+// sharing stateDir (hostpath.ProviderOverlapsFile); missing reads as 0.
+func providerOverlaps(stateDir string) (int64, error) {
+	b, err := os.ReadFile(filepath.Join(stateDir, "provider-overlaps"))
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	return strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+}
+
 // mustNoOverlaps checks that no plugin process saw overlapping destructive
-// controller calls.
+// controller calls, and that the provider (every instance on the shared
+// state dir) never had two in flight at once.
 func (cc *csiCluster) mustNoOverlaps(t *testing.T) {
 	t.Helper()
+	n, err := providerOverlaps(cc.StateDir)
+	must.NoError(t, err)
+	must.Eq(t, 0, n, must.Sprint("the provider saw overlapping destructive controller calls across plugin instances"))
 	for name, p := range cc.Plugins {
 		n, err := cc.overlaps(name)
 		must.NoError(t, err)

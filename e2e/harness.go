@@ -228,15 +228,21 @@ type Agent struct {
 	Args     []string
 	HTTPPort int
 	RPCPort  int
+	// IP is the loopback address the agent binds (and dials from);
+	// 127.0.0.1 when empty. Agents with addresses of their own can be cut
+	// apart with a netFaults.
+	IP string
 
 	t testing.TB
 
 	mu      sync.Mutex
 	running bool
-	proc    *os.Process
-	done    chan struct{} // closed when the current process has exited
-	state   *os.ProcessState
-	starts  int
+	// paused is set while the process is stopped with SIGSTOP.
+	paused bool
+	proc   *os.Process
+	done   chan struct{} // closed when the current process has exited
+	state  *os.ProcessState
+	starts int
 }
 
 // NewAgent prepares (but does not start) an agent named name whose files
@@ -259,10 +265,46 @@ func NewAgent(t testing.TB, name, dir string, httpPort, rpcPort int, args ...str
 }
 
 // HTTPAddr is the agent's HTTP API base URL.
-func (a *Agent) HTTPAddr() string { return "http://127.0.0.1:" + strconv.Itoa(a.HTTPPort) }
+func (a *Agent) HTTPAddr() string { return "http://" + a.ip() + ":" + strconv.Itoa(a.HTTPPort) }
 
 // RPCAddr is the agent's RPC address as servers advertise it.
-func (a *Agent) RPCAddr() string { return "127.0.0.1:" + strconv.Itoa(a.RPCPort) }
+func (a *Agent) RPCAddr() string { return a.ip() + ":" + strconv.Itoa(a.RPCPort) }
+
+func (a *Agent) ip() string {
+	if a.IP == "" {
+		return "127.0.0.1"
+	}
+	return a.IP
+}
+
+// Pause freezes the process with SIGSTOP: it holds its sockets and state
+// but runs nothing, as a machine stalled by the hypervisor or a long GC.
+func (a *Agent) Pause() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if !a.running {
+		return fmt.Errorf("agent %s is not running", a.Name)
+	}
+	if err := a.proc.Signal(syscall.SIGSTOP); err != nil {
+		return fmt.Errorf("pause %s: %w", a.Name, err)
+	}
+	a.paused = true
+	return nil
+}
+
+// Resume lets a paused process run again with SIGCONT.
+func (a *Agent) Resume() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if !a.running || !a.paused {
+		return nil
+	}
+	if err := a.proc.Signal(syscall.SIGCONT); err != nil {
+		return fmt.Errorf("resume %s: %w", a.Name, err)
+	}
+	a.paused = false
+	return nil
+}
 
 // Start starts the process. Its stdout and stderr are appended to LogPath.
 func (a *Agent) Start() error {
@@ -312,6 +354,7 @@ func (a *Agent) Start() error {
 		logf.Close()
 		a.mu.Lock()
 		a.running = false
+		a.paused = false
 		a.state = cmd.ProcessState
 		a.mu.Unlock()
 		close(done)
@@ -396,6 +439,8 @@ func (a *Agent) Stop(timeout time.Duration) (code int, killed bool, err error) {
 		code, err = a.Wait(0)
 		return code, false, err
 	}
+	// A frozen process would hold SIGTERM until the deadline.
+	_ = a.Resume()
 	_ = a.Signal(syscall.SIGTERM)
 	if code, err := a.Wait(timeout); err == nil {
 		return code, false, nil

@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -38,16 +37,6 @@ func startDevUI(t *testing.T) *Agent {
 		return nil
 	})
 	return a
-}
-
-// mustCLIAt runs the CLI against addr and fails the test unless it exits 0.
-func mustCLIAt(t *testing.T, addr string, args ...string) string {
-	t.Helper()
-	out, errOut, code := RunCLIAt(t, addr, args...)
-	if code != 0 {
-		t.Fatalf("e2e: roam %s: exit %d\n%s%s", strings.Join(args, " "), code, out, errOut)
-	}
-	return out
 }
 
 // writeTemp writes content to a file in the test's temp dir.

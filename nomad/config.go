@@ -46,6 +46,10 @@ type Config struct {
 	// RPCAdvertise is the address other agents dial; defaults to the bound
 	// listener address.
 	RPCAdvertise string
+	// DialSource is the IP outgoing RPC and Raft connections leave from
+	// when it is a loopback address (see netutil.Dialer); empty lets the
+	// kernel pick.
+	DialSource string
 	// Listener, if set, is used instead of binding RPCAddr (tests).
 	Listener net.Listener
 
@@ -156,6 +160,14 @@ type Config struct {
 	// leaderDutyFault, when set (tests only), fails a new leader's duties
 	// with the error it returns.
 	leaderDutyFault func() error
+}
+
+// FreeClaimsAfter is the shortest time from a node's last heartbeat to the
+// moment the leader may mark it down and free its volume claims: a
+// heartbeat arms a timer of at least MinHeartbeatTTL, a new leader arms
+// FailoverHeartbeatTTL, and HeartbeatGrace is added to either.
+func (c *Config) FreeClaimsAfter() time.Duration {
+	return min(c.MinHeartbeatTTL, c.FailoverHeartbeatTTL) + c.HeartbeatGrace
 }
 
 // DefaultConfig returns a configuration for a single server bound to

@@ -426,6 +426,38 @@ func (s *Server) controllerUnpublish(ctx context.Context, vol *structs.CSIVolume
 	})
 }
 
+// applyRecordedFence narrows candidates by pluginID's fence in Raft, unless
+// this leader has seen a call answered on the fenced node.
+func (s *Server) applyRecordedFence(lanes *controllerLanes, pluginID string, candidates []*structs.Node) ([]*structs.Node, error) {
+	rec, err := s.State().CSIControllerFence(nil, pluginID)
+	if err != nil || rec == nil || lanes.knownIdle(pluginID, rec.NodeID) {
+		return candidates, err
+	}
+	node, err := s.State().NodeByID(nil, rec.NodeID)
+	if err != nil {
+		return nil, err
+	}
+	return recordedFenceCandidates(pluginID, candidates, rec, node)
+}
+
+// recordFence writes pluginID's fence to nodeID through Raft, unless it
+// already names that node.
+func (s *Server) recordFence(pluginID, nodeID string) error {
+	rec, err := s.State().CSIControllerFence(nil, pluginID)
+	if err != nil {
+		return err
+	}
+	if rec != nil && rec.NodeID == nodeID {
+		return nil
+	}
+	if _, _, err := s.raftApply(structs.CSIControllerFenceRequestType, &structs.CSIControllerFenceRequest{
+		Fence: structs.CSIControllerFence{PluginID: pluginID, NodeID: nodeID},
+	}); err != nil {
+		return fmt.Errorf("record controller fence for plugin %q on node %s: %w", pluginID, nodeID, err)
+	}
+	return nil
+}
+
 // onController runs one destructive controller call: it waits its turn in
 // the plugin's lane, then tries the plugin's healthy controllers on ready
 // nodes, lowest node ID first, moving on only when a controller could not
@@ -444,12 +476,22 @@ func (s *Server) onController(ctx context.Context, pluginID, op string, call fun
 			if candidates, err = fencedCandidates(pluginID, candidates, nodeID); err != nil {
 				return err
 			}
+		} else if candidates, err = s.applyRecordedFence(lanes, pluginID, candidates); err != nil {
+			return err
 		}
 		var tried *structs.Node
 		node, err := callController(ctx, pluginID, candidates, func(ctx context.Context, n *structs.Node) error {
 			tried = n
+			// Recorded before the call, so that a leader taking over
+			// while it runs knows where it went.
+			if err := s.recordFence(pluginID, n.ID); err != nil {
+				return err
+			}
 			return call(ctx, n)
 		})
+		if node != nil {
+			lanes.markIdle(pluginID, node.ID)
+		}
 		switch {
 		case errors.Is(err, structs.ErrOutcomeUnknown) && tried != nil:
 			s.logger.Warn("controller call outcome unknown; the plugin's calls stay on its node until one succeeds there",

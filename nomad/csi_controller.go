@@ -105,6 +105,40 @@ func (l *controllerLanes) liftFence(pluginID, nodeID string) {
 	}
 }
 
+// markIdle records that a controller call on nodeID was answered.
+func (l *controllerLanes) markIdle(pluginID, nodeID string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.idle[pluginID] = nodeID
+}
+
+// knownIdle reports whether this leader has seen a call on nodeID answered
+// since it took over.
+func (l *controllerLanes) knownIdle(pluginID, nodeID string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.idle[pluginID] == nodeID
+}
+
+// recordedFenceCandidates applies the fence recorded in Raft (see
+// structs.CSIControllerFence) to candidates: while this leader has not
+// seen a call answered on the recorded node, and that node is not down,
+// only that node may be called. If it is not among the candidates (its
+// controller unhealthy, or the node disconnected but not yet down), the
+// caller is told to come back: the error is retryable.
+func recordedFenceCandidates(pluginID string, candidates []*structs.Node, rec *structs.CSIControllerFence, node *structs.Node) ([]*structs.Node, error) {
+	if node == nil || node.Status == structs.NodeStatusDown {
+		return candidates, nil
+	}
+	for _, n := range candidates {
+		if n.ID == rec.NodeID {
+			return []*structs.Node{n}, nil
+		}
+	}
+	return nil, fmt.Errorf("%w: plugin %q: an earlier leader sent a controller call to node %s that may still be running; "+
+		"no other controller is called until that node answers or is down", structs.ErrClaimInProgress, pluginID, rec.NodeID)
+}
+
 // fencedCandidates narrows candidates to the fenced node. With the node
 // not among them (down, or its controller unhealthy), the call must wait:
 // the error is retryable and says why.

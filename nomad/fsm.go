@@ -28,6 +28,7 @@ const (
 	snapClusterMeta
 	snapACLPolicy
 	snapACLToken
+	snapCSIFence
 )
 
 // FSM applies committed Raft entries to the state store. Apply touches
@@ -212,6 +213,10 @@ var fsmAppliers = map[structs.MessageType]fsmApplier{
 		func(st *state.StateStore, index uint64, req *structs.ACLTokenBootstrapRequest) ([]*structs.Evaluation, error) {
 			return nil, st.BootstrapACLToken(index, req.ResetIndex, req.Token)
 		}),
+	structs.CSIControllerFenceRequestType: decodeApply(structs.CSIControllerFenceRequestType,
+		func(st *state.StateStore, index uint64, req *structs.CSIControllerFenceRequest) ([]*structs.Evaluation, error) {
+			return nil, st.UpsertCSIControllerFence(index, &req.Fence)
+		}),
 	structs.NodeUpdateEligibilityRequestType: decodeApply(structs.NodeUpdateEligibilityRequestType,
 		func(st *state.StateStore, index uint64, req *structs.NodeUpdateEligibilityRequest) ([]*structs.Evaluation, error) {
 			return req.Evals, st.UpdateNodeEligibility(index, req.NodeID, req.Eligibility, req.UpdatedAt, req.Evals)
@@ -260,6 +265,7 @@ var snapshotTables = map[snapshotRecord]string{
 	snapClusterMeta: "cluster_meta",
 	snapACLPolicy:   "acl_policies",
 	snapACLToken:    "acl_tokens",
+	snapCSIFence:    "csi_fences",
 }
 
 // restoreStore reads a snapshot stream (as Persist writes it) into a new
@@ -361,6 +367,12 @@ func restoreRecord(dec *codec.Decoder, restore *state.Restore, rec snapshotRecor
 			return err
 		}
 		return restore.ACLToken(&t)
+	case snapCSIFence:
+		var f structs.CSIControllerFence
+		if err := dec.Decode(&f); err != nil {
+			return err
+		}
+		return restore.CSIControllerFence(&f)
 	}
 	return fmt.Errorf("unknown record type %d", rec)
 }
@@ -452,6 +464,15 @@ func (s *fsmSnapshot) persist(w io.Writer) error {
 	}
 	for _, p := range plugins {
 		if err := write(snapCSIPlugin, p); err != nil {
+			return err
+		}
+	}
+	fences, err := s.snap.CSIControllerFences(nil)
+	if err != nil {
+		return err
+	}
+	for _, f := range fences {
+		if err := write(snapCSIFence, f); err != nil {
 			return err
 		}
 	}

@@ -149,6 +149,7 @@ func (n *Node) heartbeatReply(nodeID, status string, reply *structs.NodeUpdateRe
 	}
 	reply.LeaderRPCAddr, _ = n.srv.Leader()
 	reply.ClusterID = n.srv.ClusterID()
+	reply.FreeClaimsAfter = n.srv.config.FreeClaimsAfter()
 	for _, m := range n.srv.members.alive() {
 		reply.Servers = append(reply.Servers, &structs.NodeServerInfo{
 			RPCAdvertiseAddr: m.Addr,

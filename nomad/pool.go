@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/roamhq/roam/internal/netutil"
 	"github.com/roamhq/roam/internal/tlsutil"
 	"github.com/roamhq/roam/structs"
 )
@@ -18,6 +19,8 @@ import (
 // calls by sequence number, so concurrent calls share one connection.
 type connPool struct {
 	dialTimeout time.Duration
+	// source is the IP connections leave from (see netutil.Dialer).
+	source string
 	// tls, when it wraps RPC, is used for every connection.
 	tls *tlsutil.Configurator
 
@@ -26,9 +29,10 @@ type connPool struct {
 	shutdown bool
 }
 
-func newConnPool(dialTimeout time.Duration, tlsConf *tlsutil.Configurator) *connPool {
+func newConnPool(dialTimeout time.Duration, source string, tlsConf *tlsutil.Configurator) *connPool {
 	return &connPool{
 		dialTimeout: dialTimeout,
+		source:      source,
 		tls:         tlsConf,
 		clients:     make(map[string]*rpc.Client),
 	}
@@ -76,7 +80,7 @@ func (p *connPool) get(addr string) (*rpc.Client, error) {
 
 // dial opens an RPC connection to addr.
 func (p *connPool) dial(addr string) (*rpc.Client, error) {
-	conn, err := net.DialTimeout("tcp", addr, p.dialTimeout)
+	conn, err := netutil.Dialer(p.source, p.dialTimeout).Dial("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: %v", errDial, addr, err)
 	}

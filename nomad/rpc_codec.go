@@ -14,6 +14,7 @@ import (
 
 	"github.com/hashicorp/go-msgpack/v2/codec"
 	"github.com/hashicorp/raft"
+	"github.com/roamhq/roam/internal/netutil"
 	"github.com/roamhq/roam/internal/tlsutil"
 	"github.com/roamhq/roam/structs"
 )
@@ -323,6 +324,8 @@ func (c *serverCodec) Close() error {
 // themselves with RPCRaft.
 type raftLayer struct {
 	addr net.Addr
+	// source is the IP outgoing connections leave from (netutil.Dialer).
+	source string
 	// tls, when it wraps RPC, is used for every outgoing connection.
 	tls     *tlsutil.Configurator
 	connCh  chan net.Conn
@@ -330,8 +333,8 @@ type raftLayer struct {
 	once    sync.Once
 }
 
-func newRaftLayer(addr net.Addr, tlsConf *tlsutil.Configurator) *raftLayer {
-	return &raftLayer{addr: addr, tls: tlsConf, connCh: make(chan net.Conn), closeCh: make(chan struct{})}
+func newRaftLayer(addr net.Addr, source string, tlsConf *tlsutil.Configurator) *raftLayer {
+	return &raftLayer{addr: addr, source: source, tls: tlsConf, connCh: make(chan net.Conn), closeCh: make(chan struct{})}
 }
 
 // handoff passes an accepted Raft connection to Raft, or closes it if the
@@ -361,7 +364,7 @@ func (l *raftLayer) Close() error {
 func (l *raftLayer) Addr() net.Addr { return l.addr }
 
 func (l *raftLayer) Dial(address raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
-	conn, err := net.DialTimeout("tcp", string(address), timeout)
+	conn, err := netutil.Dialer(l.source, timeout).Dial("tcp", string(address))
 	if err != nil {
 		return nil, err
 	}

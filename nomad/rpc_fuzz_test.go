@@ -122,7 +122,7 @@ func fuzzServer(f testing.TB) *Server {
 	must.NoError(f, err)
 	must.NoError(f, s.Shutdown(context.Background()))
 
-	s.raftLayer = newRaftLayer(advertiseAddr(s.advertise), nil)
+	s.raftLayer = newRaftLayer(advertiseAddr(s.advertise), "", nil)
 	trans := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 		Stream:  s.raftLayer,
 		MaxPool: 1,

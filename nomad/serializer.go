@@ -43,6 +43,10 @@ type controllerLanes struct {
 	running inFlight
 	// fences pins a plugin's calls to one node, by plugin ID (see fence).
 	fences map[string]fence
+	// idle is, by plugin ID, the node on which this leader has seen a
+	// controller call answered: that client's lane has finished every
+	// call an earlier leader sent there (see recordedFence).
+	idle map[string]string
 	// stats are what the lanes did, by plugin ID, for operators (the UI's
 	// plugin page); at most maxLaneStats plugins.
 	stats map[string]*laneStats
@@ -94,6 +98,7 @@ func newControllerLanes(parent context.Context, callTimeout time.Duration, logge
 		lanes:       make(map[string]*lane),
 		fences:      make(map[string]fence),
 		stats:       make(map[string]*laneStats),
+		idle:        make(map[string]string),
 	}
 }
 

@@ -162,7 +162,7 @@ func NewServer(config *Config) (*Server, error) {
 		connLog:        ratelog.New(logger, ratelog.DefaultWindow),
 		raftNetLog:     ratelog.New(config.Logger.Named("raft-net"), ratelog.DefaultWindow),
 		rpcServer:      structs.NewRPCServer(),
-		connPool:       newConnPool(config.RPCHoldTimeout, config.TLS),
+		connPool:       newConnPool(config.RPCHoldTimeout, config.DialSource, config.TLS),
 		queryCancels:   newQueryCancels(maxTrackedQueries),
 		leaderChangeCh: make(chan struct{}),
 		shutdownCtx:    ctx,
@@ -267,7 +267,7 @@ func (s *Server) setupRaft() error {
 	s.raftNotifyCh = make(chan bool, 10)
 	rc.NotifyCh = s.raftNotifyCh
 
-	s.raftLayer = newRaftLayer(advertiseAddr(s.advertise), s.config.TLS)
+	s.raftLayer = newRaftLayer(advertiseAddr(s.advertise), s.config.DialSource, s.config.TLS)
 	s.raftTransport = newRaftTransport(raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 		Stream:  s.raftLayer,
 		MaxPool: 3,

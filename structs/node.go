@@ -339,6 +339,12 @@ type NodeUpdateResponse struct {
 	Servers []*NodeServerInfo
 	// ClusterID is the cluster the answering servers belong to, if known.
 	ClusterID string
+	// FreeClaimsAfter is the shortest time after this answer in which the
+	// servers may declare the node down and free its volume claims, if
+	// it does not heartbeat again (the smaller of the minimum and the
+	// failover TTL, plus the grace). A client stops its claim-holding
+	// allocations well inside it.
+	FreeClaimsAfter time.Duration
 	// QueryMeta.Index is the index of the write, or of the node as read.
 	QueryMeta
 }

@@ -33,6 +33,7 @@ const (
 	ACLTokenUpsertRequestType
 	ACLTokenDeleteRequestType
 	ACLTokenBootstrapRequestType
+	CSIControllerFenceRequestType
 )
 
 // String names the message type for logs and errors.
@@ -78,6 +79,8 @@ func (t MessageType) String() string {
 		return "ACLTokenDelete"
 	case ACLTokenBootstrapRequestType:
 		return "ACLTokenBootstrap"
+	case CSIControllerFenceRequestType:
+		return "CSIControllerFence"
 	default:
 		return "Unknown"
 	}

@@ -208,6 +208,7 @@ func (a *Agent) setupServer() error {
 	sc.RPCFrameTimeout = parseDurationOr(limits.RPCFrameTimeout, sc.RPCFrameTimeout)
 	sc.Logger = a.logger.ResetNamed("")
 	sc.TLS = a.tls
+	sc.DialSource = c.BindAddr
 
 	ln, err := net.Listen("tcp", sc.RPCAddr)
 	if err != nil {
@@ -270,6 +271,8 @@ func (a *Agent) clientConfig(httpAdvertise string) (*client.Config, error) {
 	}
 	cc.Logger = a.logger.ResetNamed("")
 	cc.TLS = a.tls
+	cc.DialSource = c.BindAddr
+	cc.StopOnClientAfter = parseDurationOr(c.Client.StopOnClientAfter, cc.StopOnClientAfter)
 	return cc, nil
 }
 

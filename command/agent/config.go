@@ -17,6 +17,7 @@ import (
 	"github.com/roamhq/roam/client"
 	"github.com/roamhq/roam/internal/tlsutil"
 	"github.com/roamhq/roam/nomad"
+	"github.com/roamhq/roam/structs"
 )
 
 // Config is the agent's configuration: HCL files in the shape of Nomad's
@@ -158,6 +159,11 @@ type ClientConfig struct {
 	// (stage, publish, unpublish, unstage) and a server's whole
 	// NodeDetachVolume request, as a Go duration string.
 	CSINodeCallTimeout string `hcl:"csi_node_call_timeout,optional"`
+	// StopOnClientAfter is how long the client goes without reaching any
+	// server before it kills its allocations that hold CSI volumes and
+	// unpublishes them ("0s" never does: unsafe). It must nest inside the
+	// servers' window; see validateStopWindow and the README.
+	StopOnClientAfter string `hcl:"stop_on_client_after,optional"`
 	// IntroToken is this node's introduction credential, shown when it
 	// registers for the first time.
 	IntroToken string `hcl:"intro_token,optional"`
@@ -302,7 +308,10 @@ func (c *Config) validateDurations(body hcl.Body) hcl.Diagnostics {
 		checks = append(checks, check(a.TokenTTL, true, "acl", "token_ttl"))
 	}
 	if cl := c.Client; cl != nil {
-		checks = append(checks, check(cl.CSINodeCallTimeout, true, "client", "csi_node_call_timeout"))
+		checks = append(checks,
+			check(cl.CSINodeCallTimeout, true, "client", "csi_node_call_timeout"),
+			check(cl.StopOnClientAfter, false, "client", "stop_on_client_after"),
+		)
 	}
 	var diags hcl.Diagnostics
 	for _, d := range checks {
@@ -425,6 +434,7 @@ func (c *Config) Merge(o *Config) *Config {
 		cl.Servers = append(append([]string(nil), cl.Servers...), o.Client.Servers...)
 		setStr(&cl.NodeClass, o.Client.NodeClass)
 		setStr(&cl.CSINodeCallTimeout, o.Client.CSINodeCallTimeout)
+		setStr(&cl.StopOnClientAfter, o.Client.StopOnClientAfter)
 		setStr(&cl.IntroToken, o.Client.IntroToken)
 		cl.CSIPlugins = append(append([]*CSIPluginConfig(nil), cl.CSIPlugins...), o.Client.CSIPlugins...)
 		if o.Client.Meta != nil {
@@ -491,7 +501,40 @@ func (c *Config) Validate() error {
 	if err := c.validateTrust(); err != nil {
 		return err
 	}
-	return c.validateNodeTimeouts()
+	if err := c.validateNodeTimeouts(); err != nil {
+		return err
+	}
+	return c.validateStopWindow()
+}
+
+// validateStopWindow checks, for an agent that is both server and client,
+// that a client cut off from the servers has stopped its claim-holding
+// tasks before the servers may free their claims:
+//
+//	stop_on_client_after + kill timeout + client.StopMargin < min(min_heartbeat_ttl, failover_heartbeat_ttl) + heartbeat_grace
+//
+// with the default kill timeout; a client-only agent learns the servers'
+// window from its heartbeats and checks it against its tasks' own kill
+// timeouts at run time (client.StopWindow).
+func (c *Config) validateStopWindow() error {
+	if !c.Server.Enabled || !c.Client.Enabled {
+		return nil
+	}
+	stop := parseDurationOr(c.Client.StopOnClientAfter, client.DefaultConfig().StopOnClientAfter)
+	if stop == 0 {
+		return nil // disabled; the client warns at start
+	}
+	sc := nomad.DefaultConfig()
+	sc.MinHeartbeatTTL = parseDurationOr(c.Server.MinHeartbeatTTL, sc.MinHeartbeatTTL)
+	sc.FailoverHeartbeatTTL = parseDurationOr(c.Server.FailoverHeartbeatTTL, sc.FailoverHeartbeatTTL)
+	sc.HeartbeatGrace = parseDurationOr(c.Server.HeartbeatGrace, sc.HeartbeatGrace)
+	free := sc.FreeClaimsAfter()
+	if _, _, fits := client.StopWindow(stop, free, structs.DefaultKillTimeout); !fits {
+		return fmt.Errorf("config: client.stop_on_client_after = %s + kill timeout %s + margin %s must be less than "+
+			"the servers' claim window min(min_heartbeat_ttl, failover_heartbeat_ttl) + heartbeat_grace = %s",
+			stop, structs.DefaultKillTimeout, client.StopMargin, free)
+	}
+	return nil
 }
 
 // validateNodeTimeouts checks, for an agent that is both server and client,

@@ -89,3 +89,54 @@ client {
 		must.ErrorContains(t, err, "bad.hcl:2", must.Sprint(src))
 	}
 }
+
+// stop_on_client_after reaches the client, "0s" turns it off, and an
+// agent that is both server and client refuses a value that does not nest
+// inside the servers' claim window.
+func TestConfig_StopOnClientAfter(t *testing.T) {
+	c, err := ParseConfig("agent.hcl", []byte(`
+client {
+  enabled              = true
+  stop_on_client_after = "4s"
+}
+`))
+	must.NoError(t, err)
+	merged := DefaultConfig().Merge(c).Merge(&Config{})
+	must.Eq(t, "4s", merged.Client.StopOnClientAfter)
+
+	a := newTestAgent(t, func(c *Config) { c.Client.StopOnClientAfter = "4s" })
+	cc, err := a.clientConfig("")
+	must.NoError(t, err)
+	must.Eq(t, 4*time.Second, cc.StopOnClientAfter)
+
+	// The defaults nest: 10s + 5s + 2s < min(10s, 20s) + 10s.
+	must.NoError(t, DevConfig().Validate())
+	off := DevConfig()
+	off.Client.StopOnClientAfter = "0s"
+	must.NoError(t, off.Validate())
+
+	for _, tc := range []struct{ stop, ttl, grace string }{
+		{"13s", "", ""},   // 13+5+2 = 20, not below 20
+		{"10s", "5s", ""}, // window 15s
+		{"1s", "2s", "2s"},
+	} {
+		bad := DevConfig()
+		bad.Client.StopOnClientAfter = tc.stop
+		bad.Server.MinHeartbeatTTL, bad.Server.HeartbeatGrace = tc.ttl, tc.grace
+		must.ErrorContains(t, bad.Validate(), "stop_on_client_after", must.Sprintf("%+v", tc))
+	}
+	// A client-only agent checks at run time, against what the servers say.
+	clientOnly := DevConfig()
+	clientOnly.Server.Enabled = false
+	clientOnly.Client.Servers = []string{"127.0.0.1:4647"}
+	clientOnly.Client.StopOnClientAfter = "1h"
+	must.NoError(t, clientOnly.Validate())
+
+	for _, src := range []string{
+		"client {\n  stop_on_client_after = \"-1s\"\n}\n",
+		"client {\n  stop_on_client_after = \"soon\"\n}\n",
+	} {
+		_, err = ParseConfig("bad.hcl", []byte(src))
+		must.ErrorContains(t, err, "bad.hcl:2", must.Sprint(src))
+	}
+}

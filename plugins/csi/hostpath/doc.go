@@ -115,9 +115,16 @@
 // and only by processes that serve the controller service; they are created
 // with the current counts when such a process starts. A process that restarts
 // with the same node ID and state directory continues from the counts in the
-// files, so evidence of an overlap is never lost. Overlaps between two
-// different plugin processes (two controllers on one state dir) are not
-// counted; compare their calls files to see which instances were used.
+// files, so evidence of an overlap is never lost.
+//
+// Every instance on one state dir is also one simulated provider: under an
+// exclusive flock on provider.lock each destructive call is added to
+// provider-inflight.json when it starts and removed when it ends, and a
+// call that starts while the file lists another (of this process or of any
+// other live one) bumps provider-overlaps, written durably. Calls of
+// processes that no longer exist are dropped from the record, so a plugin
+// killed mid-call does not count against the next. A frozen (SIGSTOP)
+// process still has its calls in flight.
 //
 // # Faults
 //

@@ -81,6 +81,8 @@ type overlapTracker struct {
 
 	inFlight atomic.Int64
 	overlaps atomic.Int64
+	// provider is the record shared by every instance on the state dir.
+	provider *providerRecord
 
 	// mu guards calls and serialises file writes, so a file never goes
 	// backwards.
@@ -105,6 +107,7 @@ func newOverlapTracker(stateDir, nodeID string, logger hclog.Logger) (*overlapTr
 		overlapsPath: OverlapsFile(stateDir, nodeID),
 		callsPath:    CallsFile(stateDir, nodeID),
 		calls:        calls,
+		provider:     newProviderRecord(stateDir, nodeID),
 	}
 	t.overlaps.Store(overlaps)
 	t.mu.Lock()
@@ -143,7 +146,18 @@ func (t *overlapTracker) start(method string) (done func()) {
 	if err != nil {
 		t.logger.Error("failed to record controller call", "method", method, "error", err)
 	}
-	return func() { t.inFlight.Add(-1) }
+	others, providerDone, perr := t.provider.start(method)
+	if perr != nil {
+		t.logger.Error("failed to record controller call in the provider record", "method", method, "error", perr)
+	}
+	if len(others) > 0 {
+		t.logger.Warn("destructive controller calls in flight at once at the provider",
+			"method", method, "others_in_flight", fmt.Sprintf("%+v", others))
+	}
+	return func() {
+		providerDone()
+		t.inFlight.Add(-1)
+	}
 }
 
 // writeOverlapsLocked writes the overlap count, durably: it is the evidence

@@ -1,0 +1,166 @@
+package client
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/roamhq/roam/structs"
+)
+
+// StopMargin is the room left between the moment a cut-off client's
+// claim-holding tasks are dead and the moment the servers may free their
+// claims: the node unpublish, clock drift between machines, and a check
+// interval.
+const StopMargin = 2 * time.Second
+
+// StopWindow returns how long after its last successful heartbeat a client
+// may wait before it kills its claim-holding allocations, given the
+// configured stopAfter, the servers' freeAfter (0 if not yet known) and
+// the longest kill timeout among those allocations' tasks. The windows
+// must nest:
+//
+//	stop + longest kill timeout + StopMargin < free
+//
+// When the configured value does not fit, the largest one that does is
+// returned with fits false, so that the client stays safe and says why.
+// A stopAfter of 0 means never: it returns 0 and enabled false.
+func StopWindow(stopAfter, freeAfter, longestKill time.Duration) (stop time.Duration, enabled, fits bool) {
+	if stopAfter <= 0 {
+		return 0, false, true
+	}
+	if freeAfter <= 0 {
+		return stopAfter, true, true
+	}
+	limit := freeAfter - longestKill - StopMargin
+	if stopAfter < limit {
+		return stopAfter, true, true
+	}
+	return max(limit-time.Millisecond, 0), true, false
+}
+
+// outageWatch stops the claim-holding allocations once no server has been
+// reached for the stop window. It runs until shutdown.
+func (c *Client) outageWatch() {
+	if c.config.StopOnClientAfter <= 0 {
+		c.logger.Warn("stop_on_client_after is 0: a client cut off from the servers keeps its volume writers running " +
+			"after the servers have freed their claims")
+		return
+	}
+	tick := min(c.config.StopOnClientAfter/4, time.Second)
+	t := time.NewTicker(max(tick, 50*time.Millisecond))
+	defer t.Stop()
+	var warnedFor time.Duration
+	for {
+		select {
+		case <-c.shutdownCtx.Done():
+			return
+		case <-t.C:
+		}
+		c.mu.Lock()
+		last, free, ttl, stopped := c.lastContact, c.freeClaimsAfter, c.heartbeatTTL, c.outageStopped
+		c.mu.Unlock()
+		if last.IsZero() || stopped {
+			continue
+		}
+		longest := c.allocs.longestVolumeKillTimeout()
+		stop, _, fits := StopWindow(c.config.StopOnClientAfter, free, longest)
+		// A healthy client goes up to a TTL between two heartbeats;
+		// stopping sooner would stop it while nothing is wrong. Servers
+		// whose window leaves no room for that are misconfigured, and
+		// the error below says so.
+		stop = max(stop, ttl)
+		if !fits && warnedFor != free+longest {
+			warnedFor = free + longest
+			c.logger.Error("stop_on_client_after does not fit inside the servers' claim window; stopping sooner",
+				"stop_on_client_after", c.config.StopOnClientAfter, "longest_kill_timeout", longest,
+				"margin", StopMargin, "servers_free_claims_after", free, "stopping_after", stop)
+		}
+		since := time.Since(last)
+		if since < stop {
+			continue
+		}
+		c.mu.Lock()
+		if c.lastContact != last { // a heartbeat got through meanwhile
+			c.mu.Unlock()
+			continue
+		}
+		c.outageStopped = true
+		c.mu.Unlock()
+		reason := fmt.Sprintf("no server reached for %s (stop_on_client_after %s)", since.Round(time.Millisecond), stop)
+		ids := c.allocs.stopVolumeHolders(reason)
+		c.logger.Warn("cut off from the servers; stopped allocations holding volume claims",
+			"since_last_heartbeat", since.Round(time.Millisecond), "allocs", ids)
+	}
+}
+
+// noteContact records a heartbeat sent at sent that succeeded.
+func (c *Client) noteContact(sent time.Time, resp *structs.NodeUpdateResponse) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.lastContact = sent
+	if resp.FreeClaimsAfter > 0 {
+		c.freeClaimsAfter = resp.FreeClaimsAfter
+	}
+	if c.outageStopped {
+		c.outageStopped = false
+		c.logger.Info("servers reached again; allocations stopped during the outage stay stopped")
+	}
+}
+
+// holdsVolumes reports whether the allocation's group asks for a CSI
+// volume.
+func holdsVolumes(a *structs.Allocation) bool {
+	if a == nil || a.Job == nil {
+		return false
+	}
+	tg := a.Job.LookupTaskGroup(a.TaskGroup)
+	if tg == nil {
+		return false
+	}
+	for _, v := range tg.Volumes {
+		if v != nil && v.Type == "csi" {
+			return true
+		}
+	}
+	return false
+}
+
+// volumeHolders returns the runners whose allocations hold CSI volumes and
+// still have a task that is not dead.
+func (m *allocManager) volumeHolders() []*allocRunner {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []*allocRunner
+	for _, ar := range m.runners {
+		if holdsVolumes(ar.Alloc()) && !ar.allDead() {
+			out = append(out, ar)
+		}
+	}
+	return out
+}
+
+// longestVolumeKillTimeout is the longest kill timeout of any task of an
+// allocation that holds volumes.
+func (m *allocManager) longestVolumeKillTimeout() time.Duration {
+	var longest time.Duration
+	for _, ar := range m.volumeHolders() {
+		for _, tr := range ar.tasks {
+			longest = max(longest, tr.killTimeout())
+		}
+	}
+	return longest
+}
+
+// stopVolumeHolders kills every allocation that holds volumes; each one's
+// runner then unpublishes its volumes once its tasks are dead. The runner
+// stays, so later answers from the servers that still want it running do
+// not start it again (allocManager.reconcile only updates a known
+// runner).
+func (m *allocManager) stopVolumeHolders(reason string) []string {
+	var ids []string
+	for _, ar := range m.volumeHolders() {
+		ids = append(ids, ar.id)
+		ar.stop(reason)
+	}
+	return ids
+}
