@@ -2,6 +2,7 @@ package nomad
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"sync"
@@ -133,7 +134,6 @@ func (l *controllerLanes) Do(ctx context.Context, pluginID string, op string, fn
 	// the lane: stop() reports true only if the callback will never run.
 	timedOut := context.AfterFunc(callCtx, func() {
 		metrics.IncrCounterWithLabels([]string{"csi", "lane", "timeout"}, 1, pluginLabels(pluginID))
-		l.callTimedOut(pluginID)
 		l.logger.Warn("controller call passed its deadline; releasing lane to the next caller",
 			"plugin_id", pluginID, "op", op, "timeout", l.callTimeout)
 		l.release(pluginID)
@@ -143,8 +143,11 @@ func (l *controllerLanes) Do(ctx context.Context, pluginID string, op string, fn
 	if !passedDeadline {
 		l.release(pluginID)
 	}
+	// A call that ran into its deadline timed out, whether or not the
+	// lane was released before it returned.
+	reachedDeadline := passedDeadline || errors.Is(callCtx.Err(), context.DeadlineExceeded)
 	l.callDone(pluginID, structs.CSILaneCall{
-		Op: op, Start: start, Duration: time.Since(start), TimedOut: passedDeadline, Failed: err != nil,
+		Op: op, Start: start, Duration: time.Since(start), TimedOut: reachedDeadline, Failed: err != nil,
 	})
 	return err
 }
@@ -167,14 +170,6 @@ func (l *controllerLanes) callStarted(pluginID string) {
 	}
 }
 
-func (l *controllerLanes) callTimedOut(pluginID string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if st := l.statsLocked(pluginID); st != nil {
-		st.timeouts++
-	}
-}
-
 func (l *controllerLanes) callDone(pluginID string, call structs.CSILaneCall) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -184,6 +179,11 @@ func (l *controllerLanes) callDone(pluginID string, call structs.CSILaneCall) {
 	}
 	st.inFlight--
 	st.calls++
+	if call.TimedOut {
+		// Counted with the call's record, not in the deadline's callback,
+		// which may run a moment after the call returns: the two agree.
+		st.timeouts++
+	}
 	if len(st.recent) < structs.CSILaneRecentCalls {
 		st.recent = append(st.recent, call)
 		return
