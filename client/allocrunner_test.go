@@ -42,6 +42,9 @@ type fakeServer struct {
 	clusterID string
 	// changed is closed and replaced on every change.
 	changed chan struct{}
+	// failQueries makes Node.GetClientAllocs fail while set, as a server
+	// that does not know the node does.
+	failQueries bool
 }
 
 func newFakeServer(nodeID string) *fakeServer {
@@ -79,6 +82,10 @@ func (f *fakeServer) RPC(method string, args, reply any) error {
 		defer timer.Stop()
 		for {
 			f.mu.Lock()
+			if f.failQueries {
+				f.mu.Unlock()
+				return fmt.Errorf("fake server: %w: token does not belong to node %s", structs.ErrPermissionDenied, req.NodeID)
+			}
 			if f.index > req.MinQueryIndex {
 				break
 			}

@@ -190,6 +190,11 @@ func (m *allocManager) watch() {
 			if err != nil {
 				m.logger.Error("failed to fetch allocations", "error", err)
 			}
+			// The next answer may come from other servers: rebuilt on
+			// empty disks, their index is below ours, and a blocking
+			// query from ours would wait its full time before the
+			// cluster guard saw whose servers they are.
+			index = 0
 			if !m.sleep(backoff) {
 				return
 			}

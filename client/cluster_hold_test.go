@@ -146,3 +146,64 @@ func TestAllocManager_ReportsAgainAfterHold(t *testing.T) {
 	must.NotNil(t, ar)
 	must.True(t, ar.allDead(), must.Sprint("the finished allocation was run again"))
 }
+
+// Servers rebuilt on empty disks first refuse the node (they do not know
+// it), then answer at an index below the client's last one. The query
+// after the refusal starts from scratch, so the guard sees the other
+// cluster at once rather than after a full blocking wait.
+func TestAllocManager_QueryAfterErrorSeesRebuiltServers(t *testing.T) {
+	dir := t.TempDir()
+	srv := newFakeServer("node-1")
+	srv.clusterID = "cluster-a"
+	var tm *testManager
+	guard, err := newClusterGuard(dir, hclog.NewNullLogger(), func() bool { return tm.hasAllocs() })
+	must.NoError(t, err)
+	seen := make(chan string, 64)
+	tm = startTestManagerWith(t, srv, dir, nil, func(c *allocManagerConfig) {
+		c.HoldFor = func(id string) bool {
+			select {
+			case seen <- id:
+			default:
+			}
+			return guard.hold(id)
+		}
+		// Long enough that a query blocking on the old index outlives
+		// the test's wait below.
+		c.MaxQueryTime = 10 * time.Minute
+		c.MaxRetryBackoff = 20 * time.Millisecond
+	})
+	alloc := testAlloc("node-1", structs.JobTypeService, noRestarts, shTask("web", "exec sleep 600"))
+	srv.upsert(alloc)
+	waitStatus(t, srv, alloc.ID, structs.AllocClientStatusRunning)
+
+	// The servers lose their disks: they refuse the node, then answer
+	// for a new cluster at index 1, with nothing for this node.
+	srv.mu.Lock()
+	srv.failQueries = true
+	srv.clusterID = "cluster-b"
+	srv.index = 1
+	delete(srv.allocs, alloc.ID)
+	srv.bumpLocked()
+	srv.mu.Unlock()
+	srv.waitQueries(t, 2)
+	srv.mu.Lock()
+	srv.failQueries = false
+	srv.mu.Unlock()
+
+	must.Wait(t, wait.InitialSuccess(wait.BoolFunc(func() bool {
+		for {
+			select {
+			case id := <-seen:
+				if id == "cluster-b" {
+					return true
+				}
+			default:
+				return false
+			}
+		}
+	}), wait.Timeout(20*time.Second), wait.Gap(10*time.Millisecond)),
+		must.Sprint("the watcher never saw the rebuilt servers' cluster"))
+	ar := tm.getRunner(alloc.ID)
+	must.NotNil(t, ar)
+	must.False(t, ar.allDead(), must.Sprint("the task was stopped while another cluster answered"))
+}

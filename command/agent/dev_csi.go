@@ -8,7 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-memdb"
+
 	"github.com/roamhq/roam/client"
+	"github.com/roamhq/roam/state"
 	"github.com/roamhq/roam/structs"
 )
 
@@ -81,8 +84,24 @@ func (a *Agent) startDevCSIPlugin(ctx context.Context, cl *client.Client) {
 		case <-ctx.Done():
 			return
 		}
+		req := &structs.JobRegisterRequest{Job: job}
+		if a.server.Config().ACLEnabled {
+			// With ACLs on, nothing may register a job before `roam acl
+			// bootstrap` made a management token. The dev agent is the
+			// only server and holds that token in its own state already;
+			// it uses it for this one call, in process, never logged.
+			a.logger.Info("dev mode: acls are on; the csi-hostpath plugin job starts once a management token exists (roam acl bootstrap)")
+			secret, err := devManagementSecret(ctx, a.server.State)
+			if err != nil {
+				if ctx.Err() == nil {
+					a.logger.Error("dev mode: not starting the csi-hostpath plugin", "error", err)
+				}
+				return
+			}
+			req.AuthToken = secret
+		}
 		var resp structs.JobRegisterResponse
-		if err := a.RPC("Job.Register", &structs.JobRegisterRequest{Job: job}, &resp); err != nil {
+		if err := a.RPC("Job.Register", req, &resp); err != nil {
 			if ctx.Err() == nil {
 				a.logger.Error("dev mode: failed to register the csi-hostpath plugin job", "error", fmt.Errorf("register %s: %w", job.ID, err))
 			}
@@ -91,4 +110,27 @@ func (a *Agent) startDevCSIPlugin(ctx context.Context, cl *client.Client) {
 		a.logger.Info("dev mode: running the built-in CSI plugin as a system job",
 			"job_id", job.ID, "plugin_id", devCSIPluginID, "binary", roam)
 	}()
+}
+
+// devManagementSecret waits until store holds a management token and
+// returns its secret, or ctx's error. store is called again after every
+// change, so a snapshot restore that replaces the store is followed.
+func devManagementSecret(ctx context.Context, store func() *state.StateStore) (string, error) {
+	for {
+		st := store()
+		ws := memdb.NewWatchSet()
+		ws.Add(st.AbandonCh())
+		tokens, err := st.ACLTokens(ws)
+		if err != nil {
+			return "", fmt.Errorf("dev mode: read acl tokens: %w", err)
+		}
+		for _, tok := range tokens {
+			if tok.Type == structs.ACLManagementToken && tok.SecretID != "" {
+				return tok.SecretID, nil
+			}
+		}
+		if err := ws.WatchCtx(ctx); err != nil {
+			return "", err
+		}
+	}
 }
