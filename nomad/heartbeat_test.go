@@ -45,6 +45,16 @@ func withLongHeartbeats(c *Config) {
 	c.FailoverHeartbeatTTL = time.Minute
 }
 
+// withSteadyRaft lengthens Raft's timers for tests about something other
+// than elections. With the test defaults (250 ms), a loaded -race run can
+// let a follower time out mid-test and take leadership, or contest the
+// first election just as the test starts.
+func withSteadyRaft(c *Config) {
+	c.RaftConfig.HeartbeatTimeout = time.Second
+	c.RaftConfig.ElectionTimeout = time.Second
+	c.RaftConfig.LeaderLeaseTimeout = 500 * time.Millisecond
+}
+
 // waitForLeaderDuties waits for a leader, as waitForLeader does, and then
 // until it has started its leader duties. Raft reports leadership before
 // establishLeadership's barrier has been applied; until then writes that
