@@ -70,6 +70,9 @@ func validateVolume(store *state.StateStore, v *structs.CSIVolume) error {
 	if len(v.Topologies) > structs.MaxTopologies {
 		add("%d topologies; at most %d", len(v.Topologies), structs.MaxTopologies)
 	}
+	if v.CapacityMin > structs.MaxVolumeCapacity {
+		add("capacity_min %d is more than %d bytes (1 EiB), which no provider offers", v.CapacityMin, int64(structs.MaxVolumeCapacity))
+	}
 	if v.CapacityMin < 0 || v.CapacityMax < 0 || (v.CapacityMax > 0 && v.CapacityMin > v.CapacityMax) {
 		add("capacity_min %d and capacity_max %d are not a valid range", v.CapacityMin, v.CapacityMax)
 	}

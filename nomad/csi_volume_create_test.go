@@ -181,20 +181,30 @@ func TestCSIVolume_Snapshots(t *testing.T) {
 	must.Eq(t, int64(0), overlaps)
 }
 
-// A capacity no provider has (2^63-1) is the plugin's OUT_OF_RANGE: the
-// caller's mistake, returned as ErrCSIInvalidArgument (a 400 over HTTP),
-// and nothing is registered.
+// A capacity past structs.MaxVolumeCapacity (2^63-1) is refused before
+// anything sees it: no plugin call, no Raft write (not even the lane's
+// fence). One within it that the provider cannot give is the plugin's
+// OUT_OF_RANGE: the caller's mistake, returned as ErrCSIInvalidArgument
+// (a 400 over HTTP), and nothing is registered.
 func TestCSIVolume_CreateCapacityOutOfRange(t *testing.T) {
 	f := newCSIFixture(t)
 	s := f.srv
 	before, err := s.State().Index("csi_volumes")
 	must.NoError(t, err)
-	v := createSpec("huge")
+	lastIndex := s.raft.LastIndex()
+	v := createSpec("absurd")
 	v.CapacityMin = math.MaxInt64
 	var resp structs.CSIVolumeCreateResponse
 	err = s.RPC("CSIVolume.Create", &structs.CSIVolumeCreateRequest{Volumes: []*structs.CSIVolume{v}}, &resp)
+	must.ErrorIs(t, err, structs.ErrInvalidRequest)
+	must.StrContains(t, err.Error(), "capacity_min 9223372036854775807 is more than")
+	must.Eq(t, lastIndex, s.raft.LastIndex(), must.Sprint("a refused create wrote to raft"))
+
+	v = createSpec("huge")
+	v.CapacityMin = structs.MaxVolumeCapacity
+	err = s.RPC("CSIVolume.Create", &structs.CSIVolumeCreateRequest{Volumes: []*structs.CSIVolume{v}}, &resp)
 	must.ErrorIs(t, err, structs.ErrCSIInvalidArgument)
-	must.StrContains(t, err.Error(), "9223372036854775807")
+	must.StrContains(t, err.Error(), "1152921504606846976")
 	got, err := s.State().CSIVolumeByID(nil, structs.DefaultNamespace, "huge")
 	must.NoError(t, err)
 	must.Nil(t, got)

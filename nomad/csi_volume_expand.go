@@ -75,6 +75,10 @@ func (c *CSIVolume) Expand(args *structs.CSIVolumeExpandRequest, reply *structs.
 	if args.CapacityMin <= 0 {
 		return fmt.Errorf("%w: volume %q: the size to expand to must be above 0, not %d", structs.ErrInvalidRequest, args.VolumeID, args.CapacityMin)
 	}
+	if args.CapacityMin > structs.MaxVolumeCapacity {
+		return fmt.Errorf("%w: volume %q: the size to expand to, %d, is more than %d bytes (1 EiB), which no provider offers",
+			structs.ErrInvalidRequest, args.VolumeID, args.CapacityMin, int64(structs.MaxVolumeCapacity))
+	}
 	if args.CapacityMax < 0 || (args.CapacityMax > 0 && args.CapacityMax < args.CapacityMin) {
 		return fmt.Errorf("%w: volume %q: capacity_min %d and capacity_max %d are not a valid range",
 			structs.ErrInvalidRequest, args.VolumeID, args.CapacityMin, args.CapacityMax)

@@ -251,3 +251,8 @@ type CSIPlugin struct {
 	CreateIndex         uint64
 	ModifyIndex         uint64
 }
+
+// MaxVolumeCapacity bounds a volume's capacity_min (1 EiB): a request
+// above it is refused before any plugin or Raft write sees it. (A
+// capacity_max of any size is no bound, and allowed.)
+const MaxVolumeCapacity = 1 << 60
