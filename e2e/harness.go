@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	mrand "math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -149,6 +150,12 @@ var ports struct {
 }
 
 // FreePorts returns n distinct ports that were free a moment ago.
+//
+// They come from below the kernel's ephemeral range (ip_local_port_range,
+// 32768-60999 by default), which is where port 0 would land and where
+// every outgoing connection takes its local port: a port picked there
+// could be taken by some agent's dial in the moment between this check
+// and the agent's own bind (seen once: "bind: address already in use").
 func FreePorts(t testing.TB, n int) []int {
 	t.Helper()
 	ports.mu.Lock()
@@ -165,25 +172,42 @@ func FreePorts(t testing.TB, n int) []int {
 			ln.Close()
 		}
 	}()
+	lo, hi := testPortRange()
 	for tries := 0; len(out) < n; tries++ {
 		if tries > 100*n {
-			t.Fatalf("e2e: could not find %d free ports", n)
+			t.Fatalf("e2e: could not find %d free ports in %d-%d", n, lo, hi)
 		}
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatalf("e2e: listen for a free port: %v", err)
-		}
-		// Hold every listener until all are picked so the kernel does not
-		// hand out the same port twice.
-		lns = append(lns, ln)
-		p := ln.Addr().(*net.TCPAddr).Port
+		p := lo + mrand.IntN(hi-lo)
 		if ports.issued[p] {
 			continue
 		}
+		ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
+		if err != nil {
+			continue // someone else's
+		}
+		// Hold every listener until all are picked.
+		lns = append(lns, ln)
 		ports.issued[p] = true
 		out = append(out, p)
 	}
 	return out
+}
+
+// testPortRange is where FreePorts picks: from 20000 up to the start of
+// the ephemeral range.
+func testPortRange() (lo, hi int) {
+	lo, hi = 20000, 32768
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return lo, hi
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 2 {
+		if start, err := strconv.Atoi(f[0]); err == nil && start > lo+1000 {
+			hi = start
+		}
+	}
+	return lo, hi
 }
 
 // WaitFor polls cond every pollGap until it returns nil, and fails the test
