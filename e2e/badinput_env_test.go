@@ -167,13 +167,7 @@ func (e *badInputEnv) begin(t *testing.T) *rowWatch {
 func (w *rowWatch) finish(bound int64) {
 	t, e := w.t, w.e
 	t.Helper()
-	deadline := time.Now().Add(rowObserve)
-	for time.Now().Before(deadline) {
-		if !e.server.Running() || !e.client.Running() {
-			break
-		}
-		time.Sleep(pollGap) // sampling liveness over the window, not waiting for an event
-	}
+	watchAgents(rowObserve, e.server, e.client)
 	for _, a := range e.agents() {
 		if rss, ok := e.guard.killedAt(a); ok {
 			t.Errorf("%s: killed by the memory guard at %s", a.Name, mib(rss))

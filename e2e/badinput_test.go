@@ -591,10 +591,7 @@ func (e *badInputEnv) rowRestart(t *testing.T) {
 	// Watch the restarted agents' memory for a while: a bad input that
 	// reached the state would grow it again now (the issue saw 1.9 GB
 	// within 18 s of a restart).
-	deadline := time.Now().Add(restartObserve)
-	for time.Now().Before(deadline) && e.server.Running() && e.client.Running() {
-		time.Sleep(pollGap) // sampling liveness over the window, not waiting for an event
-	}
+	watchAgents(restartObserve, e.server, e.client)
 	for _, a := range e.agents() {
 		must.True(t, a.Running(), must.Sprintf("%s died after the restart: %s", a.Name, a.ExitState()))
 		peak := e.guard.peakOf(a)

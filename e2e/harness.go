@@ -239,6 +239,30 @@ func pollEvery(timeout, gap time.Duration, cond func() error) error {
 	}
 }
 
+// watchAgents returns after d, or as soon as one of agents exits: an
+// observation window that ends early on a death instead of sampling.
+func watchAgents(d time.Duration, agents ...*Agent) {
+	stop := make(chan struct{})
+	defer close(stop)
+	exited := make(chan struct{}, len(agents))
+	for _, a := range agents {
+		done := a.Done()
+		go func() {
+			select {
+			case <-done:
+				exited <- struct{}{}
+			case <-stop:
+			}
+		}()
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+	case <-exited:
+	}
+}
+
 // Agent is one roam process: its directory, ports, log, and the running
 // process if any. An agent can be stopped and started again with the same
 // arguments, data dir and ports.

@@ -168,18 +168,16 @@ func TestRecovery_RestoreKeepsAttachmentOfUnknownRunningAlloc(t *testing.T) {
 	// list until its blocking allocation query returns: meanwhile the
 	// leader finds the volume in use, pass after pass, and leaves it
 	// published.
-	deadline := time.Now().Add(csiSettle)
-	for {
+	WaitFor(t, csiSettle, func() error {
 		finished, kept, n := check()
 		must.False(t, finished, must.Sprint("the reconcile finished while the allocation ran"))
 		must.EqOp(t, 0, n)
-		if kept >= 3 {
-			t.Logf("kept in %d passes", kept)
-			break
+		if kept < 3 {
+			return fmt.Errorf("the leader kept the attachment in %d passes, want 3", kept)
 		}
-		must.True(t, time.Now().Before(deadline), must.Sprintf("the leader kept the attachment in %d passes, want 3", kept))
-		time.Sleep(200 * time.Millisecond) // poll interval of a loop with a deadline
-	}
+		t.Logf("kept in %d passes", kept)
+		return nil
+	})
 	pid, err := os.ReadFile(pidFile)
 	must.NoError(t, err)
 	taskPID, err := strconv.Atoi(strings.TrimSpace(string(pid)))
@@ -191,18 +189,15 @@ func TestRecovery_RestoreKeepsAttachmentOfUnknownRunningAlloc(t *testing.T) {
 	// release finds no claim). Only then is the attachment unpublished,
 	// once.
 	cc.RunJob(systemJob("wake"))
-	deadline = time.Now().Add(2 * csiSettle)
-	for {
+	WaitFor(t, 2*csiSettle, func() error {
 		finished, kept, n := check()
-		if finished {
-			must.EqOp(t, 1, n, must.Sprint("the reconcile finished without unpublishing the released attachment"))
-			t.Logf("kept in %d passes in all", kept)
-			break
+		if !finished {
+			return fmt.Errorf("the reconcile did not finish once the allocation stopped (kept in %d passes, %d unpublishes)", kept, n)
 		}
-		must.True(t, time.Now().Before(deadline), must.Sprintf(
-			"the reconcile did not finish once the allocation stopped (kept in %d passes, %d unpublishes)", kept, n))
-		time.Sleep(200 * time.Millisecond) // poll interval of a loop with a deadline
-	}
+		must.EqOp(t, 1, n, must.Sprint("the reconcile finished without unpublishing the released attachment"))
+		t.Logf("kept in %d passes in all", kept)
+		return nil
+	})
 	must.False(t, pidAlive(taskPID), must.Sprint("the volume was unpublished while its task lived"))
 	must.SliceEmpty(t, publishedNodes(t, cc.Sockets["client-0"], exts[0]))
 	cc.mustNoOverlaps(t)
