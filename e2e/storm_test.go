@@ -3,19 +3,14 @@
 package e2e
 
 import (
-	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
-	mrand "math/rand/v2"
-	"net"
-	"net/http"
+	"maps"
 	"os"
 	"slices"
 	"sort"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -115,9 +110,19 @@ func TestStorm(t *testing.T) {
 	// warmFor, so that the baseline holds what first use and the loop's
 	// own steady state cost (the loop grows a server's RSS by a few MB in
 	// its first 30 s, then not), and growth after it is the storm's.
-	st := newStorm(cc)
-	st.warm()
-	t.Logf("warm-up traffic: %s", st.summary())
+	tg := stormTargets{}
+	for _, a := range cc.Servers {
+		tg.RPCAddrs = append(tg.RPCAddrs, a.RPCAddr())
+		tg.HTTPAddrs = append(tg.HTTPAddrs, strings.TrimPrefix(a.HTTPAddr(), "http://"))
+	}
+	for _, a := range agents {
+		tg.HTTPBases = append(tg.HTTPBases, a.HTTPAddr())
+	}
+	gen := startStormProc(t, tg)
+	must.NoError(t, gen.warm())
+	rep, err := gen.report()
+	must.NoError(t, err)
+	t.Logf("warm-up traffic: %s", rep.summary())
 	loop := startClaimLoop(t, claimers)
 	loopStart := time.Now()
 	WaitFor(t, warmFor+time.Minute, func() error {
@@ -140,25 +145,25 @@ func TestStorm(t *testing.T) {
 	}
 
 	var windows []window
-	// CPU used, by the test process (the claim loop and the storm's
-	// generator) and by the agents, per kind of window: the generator
-	// shares the machine with what it attacks, so how much of it the
-	// generator took is part of reading the p99s.
+	// CPU used, by the test process (the claim loop), the generator and
+	// the agents, per kind of window: the generator shares the machine
+	// with what it attacks, so how much of it the generator took is part
+	// of reading the p99s.
 	cpuSelf := map[bool]time.Duration{}
+	cpuGen := map[bool]time.Duration{}
 	cpuAgents := map[bool]time.Duration{}
 	for i := 0; i < 2*stormWindows; i++ {
 		w := window{stormy: i%2 == 1, start: time.Now()}
-		self0, agents0 := selfCPU(), agentsCPU(agents)
+		self0, gen0, agents0 := selfCPU(), gen.cpu(), agentsCPU(agents)
 		if w.stormy {
-			ctx, cancel := context.WithTimeout(context.Background(), stormWindow)
-			st.run(ctx)
-			cancel()
+			must.NoError(t, gen.run(stormWindow))
 		} else {
 			time.Sleep(stormWindow) // the quiet window itself: nothing to wait for
 		}
 		w.end = time.Now()
 		windows = append(windows, w)
 		cpuSelf[w.stormy] += selfCPU() - self0
+		cpuGen[w.stormy] += gen.cpu() - gen0
 		cpuAgents[w.stormy] += agentsCPU(agents) - agents0
 		var rss []string
 		for _, a := range cc.Servers {
@@ -171,15 +176,24 @@ func TestStorm(t *testing.T) {
 		t.Logf("%s window %d: %s to %s; RSS/heap: %s", w.kind(), i/2, w.start.UTC().Format(hclogTime), w.end.UTC().Format(hclogTime), strings.Join(rss, ", "))
 	}
 	loop.stop()
-	t.Logf("storm traffic (warm-up included): %s", st.summary())
-	for _, e := range st.errors() {
+	rep, err = gen.report()
+	must.NoError(t, err)
+	t.Logf("storm traffic (warm-up included): %s", rep.summary())
+	for _, e := range rep.Errors {
 		t.Logf("  first %s", e)
 	}
-	span := time.Duration(stormWindows) * stormWindow
-	for _, stormy := range []bool{false, true} {
-		t.Logf("CPU in %s windows: test process (claim loop and generator) %.2f cores, agents %.2f cores",
-			window{stormy: stormy}.kind(), cpuSelf[stormy].Seconds()/span.Seconds(), cpuAgents[stormy].Seconds()/span.Seconds())
+	// The windows' own length, not the nominal one: a stormy window ends
+	// once the generator's last connection has closed.
+	spans := map[bool]time.Duration{}
+	for _, w := range windows {
+		spans[w.stormy] += w.end.Sub(w.start)
 	}
+	for _, stormy := range []bool{false, true} {
+		span := spans[stormy].Seconds()
+		t.Logf("CPU in %s windows (%.1f s): test process (claim loop) %.2f cores, generator %.2f cores, agents %.2f cores",
+			window{stormy: stormy}.kind(), span, cpuSelf[stormy].Seconds()/span, cpuGen[stormy].Seconds()/span, cpuAgents[stormy].Seconds()/span)
+	}
+	t.Logf("storm rates (stormy windows, warm-up included): %s", stormRates(rep, spans[true]))
 
 	// 0 crashes.
 	for _, d := range deaths.list() {
@@ -216,7 +230,7 @@ func TestStorm(t *testing.T) {
 	start := time.Now()
 	var last []serverFigures
 	lastLog := start
-	err := poll(settleWithin, func() error {
+	err = poll(settleWithin, func() error {
 		if len(deaths.list()) > 0 {
 			return nil // reported above; figures of a dead agent mean nothing
 		}
@@ -505,268 +519,12 @@ func watchDeaths(t *testing.T, agents []*Agent) *deathWatch {
 	return d
 }
 
-// storm sends bad traffic at a cluster. Every generator is a fixed number
-// of workers with a pause or a deadline between their sends, so the storm
-// is bounded in connections at any moment and in rate.
-type storm struct {
-	rpcAddrs   []string // servers' RPC ports
-	httpAddrs  []string // servers' HTTP host:port
-	httpBases  []string // every agent's HTTP base URL
-	groupsJSON []byte
-	groupsRPC  []byte
-	nested     []byte
-	seq        atomic.Int64
-	nextByte   atomic.Int64
-
-	mu     sync.Mutex
-	counts map[string]int
-	// firstErr is the first error of each outcome that is not a refusal.
-	firstErr map[string]string
-}
-
-// countErr counts an outcome and keeps its first error.
-func (s *storm) countErr(what string, err error) {
-	s.count(what)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if _, ok := s.firstErr[what]; !ok && err != nil {
-		s.firstErr[what] = err.Error()
-	}
-}
-
-// errors returns the first error of each outcome that had one.
-func (s *storm) errors() []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out []string
-	for k, v := range s.firstErr {
-		out = append(out, k+": "+v)
-	}
-	sort.Strings(out)
-	return out
-}
-
-func newStorm(cc *csiCluster) *storm {
-	s := &storm{
-		groupsJSON: emptyGroupsJobJSON("storm-groups", 4<<20),
-		groupsRPC:  emptyGroupsRegisterFrame("storm-groups", 4<<20-64),
-		nested:     nestedParseBody(100_000),
-		counts:     map[string]int{},
-		firstErr:   map[string]string{},
-	}
-	for _, a := range cc.Servers {
-		s.rpcAddrs = append(s.rpcAddrs, a.RPCAddr())
-		s.httpAddrs = append(s.httpAddrs, strings.TrimPrefix(a.HTTPAddr(), "http://"))
-	}
-	for _, a := range cc.agents() {
-		s.httpBases = append(s.httpBases, a.HTTPAddr())
-	}
-	return s
-}
-
-func (s *storm) count(what string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.counts[what]++
-}
-
-func (s *storm) summary() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	keys := make([]string, 0, len(s.counts))
-	for k := range s.counts {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
+// stormRates is every outcome the generator counted, per second of storm.
+func stormRates(rep stormReport, span time.Duration) string {
+	keys := slices.Sorted(maps.Keys(rep.Counts))
 	var parts []string
 	for _, k := range keys {
-		parts = append(parts, fmt.Sprintf("%s=%d", k, s.counts[k]))
+		parts = append(parts, fmt.Sprintf("%s %.1f/s", k, float64(rep.Counts[k])/span.Seconds()))
 	}
-	return strings.Join(parts, " ")
-}
-
-// Generator sizes: workers each, every one from its own source address
-// (under the per-address connection caps).
-const (
-	stormJunkWorkers     = 4   // random bytes under each first byte
-	stormPartialWorkers  = 20  // partial RPC frames; as many partial Raft frames
-	stormSlowWorkers     = 20  // slow HTTP bodies
-	stormBlockingWorkers = 100 // blocking queries hanging up after 2 s
-	// stormJunkGap paces each junk worker: 4 workers, at most 200
-	// connections a second.
-	stormJunkGap = 20 * time.Millisecond
-	// stormBigGap paces the nested-HCL and oversized-job workers.
-	stormBigGap = 500 * time.Millisecond
-	// stormRefusedGap is a worker's pause after its agent refused the
-	// connection or failed the request.
-	stormRefusedGap = 100 * time.Millisecond
-)
-
-// stormGen is one kind of bad traffic: send sends one of it (and paces
-// itself) from src until ctx ends.
-type stormGen struct {
-	name    string
-	workers int
-	send    func(ctx context.Context, src string)
-}
-
-// gens are the storm's kinds of traffic.
-func (s *storm) gens() []stormGen {
-	pick := func(list []string) string { return list[mrand.IntN(len(list))] }
-	sleep := func(ctx context.Context, d time.Duration) {
-		select {
-		case <-ctx.Done():
-		case <-time.After(d):
-		}
-	}
-	held := biFrameTimeout + closeSlack
-	// outcome counts a held connection's end: closed by the agent, still
-	// open at the test's limit ("held"), or not even opened ("refused",
-	// after which the worker backs off: a dead agent is not to be spun on).
-	outcome := func(ctx context.Context, kind string, err error) {
-		var oe *net.OpError
-		switch {
-		case ctx.Err() != nil || windowOver(ctx):
-			s.count(kind + "-cut")
-		case err == nil:
-			s.count(kind)
-		case errors.As(err, &oe) && oe.Op == "dial":
-			s.countErr(kind+"-refused", err)
-			sleep(ctx, stormRefusedGap)
-		default:
-			s.countErr(kind+"-held", err)
-		}
-	}
-	// refused counts an answer to a big bad input: a 4xx is a refusal,
-	// and so is the connection closed under a body too large to read;
-	// anything else is not.
-	refused := func(ctx context.Context, kind string, ans *httpAnswer, err error) {
-		var oe *net.OpError
-		switch {
-		case ctx.Err() != nil:
-			s.count(kind + "-cut")
-		case err != nil && isClosedErr(err) && !(errors.As(err, &oe) && oe.Op == "dial"):
-			s.count(kind + "-closed")
-		case err != nil:
-			s.countErr(kind+"-failed", err)
-			sleep(ctx, stormRefusedGap)
-		case ans.Status/100 == 4:
-			s.count(kind)
-		default:
-			s.count(fmt.Sprintf("%s-answered-%d", kind, ans.Status))
-		}
-	}
-	return []stormGen{
-		{"junk", stormJunkWorkers, func(ctx context.Context, src string) {
-			junk := make([]byte, 1+mrand.IntN(512))
-			_, _ = rand.Read(junk)
-			junk[0] = byte(s.nextByte.Add(1))
-			_, err := holdOpen(ctx, src, pick(s.rpcAddrs), junk, held)
-			outcome(ctx, "junk", err)
-			sleep(ctx, stormJunkGap)
-		}},
-		{"partial-rpc", stormPartialWorkers, func(ctx context.Context, src string) {
-			_, err := holdOpen(ctx, src, pick(s.rpcAddrs), partialRPCFrame(), held)
-			outcome(ctx, "partial-rpc", err)
-		}},
-		{"partial-raft", stormPartialWorkers, func(ctx context.Context, src string) {
-			_, err := holdOpen(ctx, src, pick(s.rpcAddrs), partialRaftFrame(), held)
-			outcome(ctx, "partial-raft", err)
-		}},
-		{"slow-body", stormSlowWorkers, func(ctx context.Context, src string) {
-			_, _, err := slowBody(ctx, src, pick(s.httpAddrs), biBodyTimeout+closeSlack)
-			outcome(ctx, "slow-body", err)
-		}},
-		{"blocking", stormBlockingWorkers, func(ctx context.Context, src string) {
-			qctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-			defer cancel()
-			// An index far ahead: the query waits its full time.
-			if err := blockingQueryUntil(qctx, src, "http://"+pick(s.httpAddrs), 1<<40); err != nil && ctx.Err() == nil {
-				s.countErr("blocking-error", err)
-				sleep(ctx, stormRefusedGap)
-				return
-			}
-			s.count("blocking")
-		}},
-		{"nested-hcl", 1, func(ctx context.Context, src string) {
-			ans, err := sendHTTPCtx(ctx, httpFrom(src, time.Minute), http.MethodPut, pick(s.httpBases)+"/v1/jobs/parse", s.nested)
-			refused(ctx, "nested-hcl", ans, err)
-			sleep(ctx, stormBigGap)
-		}},
-		{"groups-json", 1, func(ctx context.Context, src string) {
-			ans, err := sendHTTPCtx(ctx, httpFrom(src, time.Minute), http.MethodPut, "http://"+pick(s.httpAddrs)+"/v1/jobs", s.groupsJSON)
-			refused(ctx, "groups-json", ans, err)
-			sleep(ctx, 3*stormBigGap)
-		}},
-		{"groups-rpc", 1, func(ctx context.Context, src string) {
-			ans, err := rawRPCCtx(ctx, src, pick(s.rpcAddrs), s.groupsRPC, time.Minute)
-			switch {
-			case ctx.Err() != nil:
-				s.count("groups-rpc-cut")
-			case err != nil:
-				s.countErr("groups-rpc-failed", err)
-				sleep(ctx, stormRefusedGap)
-			case ans.Closed || ans.Error != "":
-				s.count("groups-rpc")
-			default:
-				s.count("groups-rpc-accepted")
-			}
-			sleep(ctx, 3*stormBigGap)
-		}},
-		{"huge-count", 1, func(ctx context.Context, src string) {
-			id := fmt.Sprintf("storm-count-%d", s.seq.Add(1))
-			ans, err := sendHTTPCtx(ctx, httpFrom(src, time.Minute), http.MethodPut, "http://"+pick(s.httpAddrs)+"/v1/jobs", hugeCountJob(id, 1<<62, "dc-nowhere"))
-			refused(ctx, "huge-count", ans, err)
-			sleep(ctx, 3*stormBigGap)
-		}},
-	}
-}
-
-// windowOver reports whether ctx's deadline has passed: a read cut by it
-// may return a moment before ctx itself reports the end.
-func windowOver(ctx context.Context) bool {
-	d, ok := ctx.Deadline()
-	return ok && !time.Now().Before(d)
-}
-
-// run sends the storm until ctx ends, and returns once every generator
-// has closed its connections. Each worker sends from its own address.
-//
-// ROAM_STORM_ONLY, a comma-separated list of generator names, limits the
-// storm to those kinds of traffic (for finding which one costs the claim
-// loop most); the acceptance run leaves it unset.
-func (s *storm) run(ctx context.Context) {
-	var wg sync.WaitGroup
-	src := 0
-	only := os.Getenv("ROAM_STORM_ONLY")
-	for _, g := range s.gens() {
-		if only != "" && !slices.Contains(strings.Split(only, ","), g.name) {
-			src += g.workers
-			continue
-		}
-		for range g.workers {
-			a := attackerAddr(src)
-			src++
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for ctx.Err() == nil && !windowOver(ctx) {
-					g.send(ctx, a)
-				}
-			}()
-		}
-	}
-	wg.Wait()
-}
-
-// warm sends one of each kind of traffic, one after another, so that every
-// path the storm takes through the agents has run once before the
-// baseline is read: the first use of a path faults in its code and fills
-// caches and pools, growth that is not the storm's to answer for.
-func (s *storm) warm() {
-	for i, g := range s.gens() {
-		ctx, cancel := context.WithTimeout(context.Background(), biFrameTimeout+closeSlack)
-		g.send(ctx, attackerAddr(240+i))
-		cancel()
-	}
+	return strings.Join(parts, ", ")
 }
