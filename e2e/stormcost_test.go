@@ -4,6 +4,8 @@ package e2e
 
 import (
 	"fmt"
+	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -20,11 +22,16 @@ import (
 // shared host. It fails only if a server dies or a kind sent nothing.
 //
 //	go test -tags 'e2e storm' -count=1 -v -run '^TestStormCostByKind$' ./e2e/
+//
+// ROAM_STORM_COST_KINDS (comma-separated) runs only those kinds, and
+// ROAM_STORM_COST_ROUNDS sets the rounds of each (default 2), for a
+// longer look at one kind (with perf on a server, say).
 func TestStormCostByKind(t *testing.T) {
-	const (
-		window = 5 * time.Second
-		rounds = 2 // of quiet then stormy, per kind
-	)
+	const window = 5 * time.Second
+	rounds := 2 // of quiet then stormy, per kind
+	if n, err := strconv.Atoi(os.Getenv("ROAM_STORM_COST_ROUNDS")); err == nil && n > 0 {
+		rounds = n
+	}
 	c := StartCluster(t, Opts{Servers: 3, ServerConfigExtra: biLimits, LogLevel: "INFO"})
 	c.Leader()
 	guardMemory(t, memGuardCap, c.Servers...)
@@ -38,6 +45,12 @@ func TestStormCostByKind(t *testing.T) {
 	must.NoError(t, gen.warm())
 
 	kinds := []string{"junk", "partial-rpc", "partial-raft", "slow-body", "blocking", "nested-hcl", "groups-json", "groups-rpc", "huge-count"}
+	if only := os.Getenv("ROAM_STORM_COST_KINDS"); only != "" {
+		kinds = strings.Split(only, ",")
+	}
+	for _, s := range c.Servers {
+		t.Logf("%s: pid %d", s.Name, s.PID())
+	}
 	var lines []string
 	for _, kind := range kinds {
 		before, err := gen.report()

@@ -10,6 +10,7 @@ import (
 	"net/rpc"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-msgpack/v2/codec"
@@ -331,6 +332,8 @@ type raftLayer struct {
 	connCh  chan net.Conn
 	closeCh chan struct{}
 	once    sync.Once
+	// handedOff counts the connections given to Raft.
+	handedOff atomic.Int64
 }
 
 func newRaftLayer(addr net.Addr, source string, tlsConf *tlsutil.Configurator) *raftLayer {
@@ -342,6 +345,7 @@ func newRaftLayer(addr net.Addr, source string, tlsConf *tlsutil.Configurator) *
 func (l *raftLayer) handoff(c net.Conn) {
 	select {
 	case l.connCh <- c:
+		l.handedOff.Add(1)
 	case <-l.closeCh:
 		c.Close()
 	}

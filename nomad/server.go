@@ -462,8 +462,17 @@ func (s *Server) handleConn(conn net.Conn, session *yamux.Session, peer connPeer
 			s.closeConn(conn)
 			return
 		}
+		first, err := awaitRaftFrame(conn, s.config.RPCFrameTimeout)
+		if err != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				s.connRejected("frame_timeout", "raft frame not received within the frame timeout; connection closed",
+					"remote", conn.RemoteAddr(), "timeout", s.config.RPCFrameTimeout)
+			}
+			s.closeConn(conn)
+			return
+		}
 		s.trackConn(conn, false) // Raft owns it from here
-		s.raftLayer.handoff(s.frameGuard(conn, &raftScanner{}, "raft"))
+		s.raftLayer.handoff(s.frameGuard(first, &raftScanner{}, "raft"))
 	case b[0] == structs.RPCMultiplex && !inSession:
 		if !s.requireSessionPeer(conn, peer) {
 			return
