@@ -274,8 +274,16 @@ func (s *HTTPServer) jobLimits() structs.JobLimits {
 
 // readJobBody reads a job register or parse body of at most
 // job_max_bytes; a larger one is a 413 naming the limit, and the
-// connection is closed rather than read to its end.
+// connection is closed rather than read to its end. A body whose declared
+// length is over the limit is refused before a byte of it is read: it
+// would be refused at the limit anyway, after reading (and holding) a
+// megabyte of it.
 func readJobBody(w http.ResponseWriter, r *http.Request, l structs.JobLimits) ([]byte, error) {
+	if r.ContentLength > int64(l.MaxBytes) {
+		closeBodyUnread(r)
+		return nil, &codedError{code: http.StatusRequestEntityTooLarge,
+			msg: fmt.Sprintf("Request body larger than job_max_bytes = %d (Content-Length %d)", l.MaxBytes, r.ContentLength)}
+	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, int64(l.MaxBytes)))
 	var (
 		tooLarge *http.MaxBytesError

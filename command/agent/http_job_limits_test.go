@@ -1,14 +1,18 @@
 package agent
 
 import (
+	"bufio"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"net/rpc"
 	"runtime"
 	"runtime/debug"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/shoenig/test/must"
 
@@ -210,4 +214,35 @@ func TestHTTP_CSIInvalidArgumentIsBadRequest(t *testing.T) {
 	must.ErrorIs(t, wire, structs.ErrCSIInvalidArgument)
 	code, _ = errorStatus(wire)
 	must.EqOp(t, http.StatusBadRequest, code)
+}
+
+// A job body whose Content-Length is over job_max_bytes is refused before
+// any of it is read: the agent answers 413 to the headers alone, long
+// before the body read timeout would have cut the wait for the body.
+func TestHTTP_JobBodyRefusedByContentLength(t *testing.T) {
+	a := newDevAgent(t)
+	for _, path := range []string{"/v1/jobs", "/v1/jobs/parse"} {
+		t.Run(path, func(t *testing.T) {
+			before := writeIndexes(t, a)
+			conn, err := net.Dial("tcp", a.HTTPAddr())
+			must.NoError(t, err)
+			t.Cleanup(func() { _ = conn.Close() })
+			// The headers, and not a byte of the 4 MiB they promise.
+			_, err = fmt.Fprintf(conn, "PUT %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", path, 4<<20)
+			must.NoError(t, err)
+			// Far less than the default body read timeout (30 s): an agent
+			// that waited for the body would not have answered.
+			must.NoError(t, conn.SetReadDeadline(time.Now().Add(10*time.Second)))
+			resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+			must.NoError(t, err, must.Sprint("no answer to the headers alone: the agent waited for the body"))
+			defer resp.Body.Close()
+			body, err := io.ReadAll(resp.Body)
+			must.NoError(t, err)
+			must.EqOp(t, http.StatusRequestEntityTooLarge, resp.StatusCode, must.Sprintf("%s", body))
+			must.StrContains(t, string(body), "job_max_bytes = 1048576 (Content-Length 4194304)")
+			must.True(t, resp.Close, must.Sprint("the connection is kept open with an unread body on it"))
+			must.Eq(t, before, writeIndexes(t, a))
+			requireAlive(t, a)
+		})
+	}
 }

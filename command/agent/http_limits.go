@@ -94,3 +94,22 @@ func (b *timedBody) Read(p []byte) (int, error) {
 	}
 	return n, err
 }
+
+// closeBodyUnread closes r's body without reading it, for a request
+// refused by its headers alone. net/http would otherwise read up to 256
+// KiB of the body after the handler returns, before it writes the answer
+// (waiting for them, from a client that sends slowly, up to the body read
+// timeout). A body closed with more than that unread makes the server
+// close the connection after the answer instead, lingering briefly so
+// that the client, still sending, reads the answer before a reset.
+func closeBodyUnread(r *http.Request) {
+	if r.Body == nil {
+		return
+	}
+	// The server looks at the request's own body to decide; take off the
+	// read timeout's wrapper (limitBodyRead) so that it sees it.
+	if tb, ok := r.Body.(*timedBody); ok {
+		r.Body = tb.ReadCloser
+	}
+	_ = r.Body.Close()
+}
