@@ -106,10 +106,11 @@ func TestStorm(t *testing.T) {
 		must.NotNil(t, ids[a.NodeID], must.Sprintf("holder %s on an unknown node", a))
 	}
 
-	// Warm up: one of each kind of bad traffic, then the claim loop for
-	// warmFor, so that the baseline holds what first use and the loop's
-	// own steady state cost (the loop grows a server's RSS by a few MB in
-	// its first 30 s, then not), and growth after it is the storm's.
+	// Warm up: one of each kind of bad traffic and one round of all of it
+	// at once (see storm.warm), then the claim loop for warmFor, so that
+	// the baseline holds what first use and the loop's own steady state
+	// cost (the loop grows a server's RSS by a few MB in its first 30 s,
+	// then not), and growth after it is the storm's.
 	tg := stormTargets{}
 	for _, a := range cc.Servers {
 		tg.RPCAddrs = append(tg.RPCAddrs, a.RPCAddr())
