@@ -120,6 +120,8 @@ func TestStorm(t *testing.T) {
 		tg.HTTPBases = append(tg.HTTPBases, a.HTTPAddr())
 	}
 	gen := startStormProc(t, tg)
+	t.Logf("scheduling groups: test process %s, generator %s, %s %s",
+		autogroupOf(os.Getpid()), autogroupOf(gen.cmd.Process.Pid), agents[0].Name, autogroupOf(agents[0].PID()))
 	must.NoError(t, gen.warm())
 	rep, err := gen.report()
 	must.NoError(t, err)

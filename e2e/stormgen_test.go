@@ -35,7 +35,8 @@ import (
 // "storm's cost" would be the loop waiting behind the generator rather
 // than behind the agents. As a process of its own it still shares the
 // machine's cores with everything else, as an attacker on the same host
-// would, and its CPU is counted on its own.
+// would (in a scheduling group of its own: see stormGenProcAttr), and its
+// CPU is counted on its own.
 //
 // The parent speaks to it over the child's stdin and stdout, one line
 // each way per command:
@@ -146,6 +147,7 @@ func startStormProc(t *testing.T, tg stormTargets) *stormProc {
 	// would run no test rather than this one again.
 	cmd := exec.Command(exe, "-test.run=^$")
 	cmd.Env = append(os.Environ(), stormGenEnv+"="+string(spec))
+	cmd.SysProcAttr = stormGenProcAttr()
 	cmd.Stderr = os.Stderr
 	in, err := cmd.StdinPipe()
 	if err != nil {
@@ -221,6 +223,17 @@ func (p *stormProc) report() (stormReport, error) {
 		return rep, fmt.Errorf("storm generator: summary %q: %w", line, err)
 	}
 	return rep, nil
+}
+
+// autogroupOf names the scheduling group of process pid ("?" where
+// there is none to read).
+func autogroupOf(pid int) string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/autogroup", pid))
+	if err != nil {
+		return "?"
+	}
+	g, _, _ := strings.Cut(strings.TrimSpace(string(b)), " ")
+	return strings.TrimPrefix(g, "/")
 }
 
 // cpu is the CPU time the generator has used.
