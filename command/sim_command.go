@@ -42,7 +42,8 @@ func runSim(args []string, out, errOut io.Writer) int {
 	controllers := fs.Int("controllers", def.Controllers, "nodes that run the plugin's controller")
 	plugin := fs.String("plugin", def.PluginID, "CSI plugin ID")
 	perNode := fs.Int("volumes-per-node", 0, "volumes to register per node (0: none, and no job)")
-	claimedPerNode := fs.Int("claimed-per-node", 0, "claimed volumes per node (at most 2: a node fits two allocations)")
+	claimedPerNode := fs.Int("claimed-per-node", 0, "claimed volumes per node (at most -allocs-per-node)")
+	allocsPerNode := fs.Int("allocs-per-node", def.AllocsPerNode, "allocations of the job a node has room for")
 	token := fs.String("token", os.Getenv("NOMAD_TOKEN"), "ACL token for volume and job registration")
 	intro := fs.String("intro-token", "", "client intro token, if the servers require one")
 	latency := fs.Duration("provider-latency", def.ProviderLatency, "time each fake provider call takes")
@@ -62,15 +63,15 @@ func runSim(args []string, out, errOut io.Writer) int {
 	case *perNode < 0 || *perNode > 64:
 		fmt.Fprintf(errOut, "roam sim: -volumes-per-node = %d, must be 0 to 64\n", *perNode)
 		return 1
-	case *claimedPerNode < 0 || *claimedPerNode > 2 || *claimedPerNode > *perNode:
-		fmt.Fprintf(errOut, "roam sim: -claimed-per-node = %d, must be 0 to 2 and at most -volumes-per-node\n", *claimedPerNode)
+	case *claimedPerNode < 0 || *claimedPerNode > *allocsPerNode || *claimedPerNode > *perNode:
+		fmt.Fprintf(errOut, "roam sim: -claimed-per-node = %d, must be 0 to -allocs-per-node and at most -volumes-per-node\n", *claimedPerNode)
 		return 1
 	case *every <= 0:
 		fmt.Fprintf(errOut, "roam sim: -report-every = %s, must be positive\n", *every)
 		return 1
 	}
 	cfg := sim.DefaultConfig(strings.Split(*servers, ","))
-	cfg.Nodes, cfg.Controllers, cfg.PluginID = *nodes, *controllers, *plugin
+	cfg.Nodes, cfg.Controllers, cfg.PluginID, cfg.AllocsPerNode = *nodes, *controllers, *plugin, *allocsPerNode
 	cfg.Token, cfg.IntroToken, cfg.ProviderLatency = *token, *intro, *latency
 	cfg.Logger = hclog.New(&hclog.LoggerOptions{Name: "roam", Level: hclog.LevelFromString(*logLevel), Output: errOut})
 	if err := cfg.Validate(); err != nil {

@@ -144,7 +144,7 @@ func (n *node) rpc(ctx context.Context, method string, args, reply any) error {
 
 // buildNode is the node as its fingerprint would report it: raw_exec, the
 // plugin's node service on every node and its controller on some, and
-// room for two allocations of the scale job (cpu.totalcompute).
+// room for AllocsPerNode allocations of the job (cpu.totalcompute).
 func (n *node) buildNode() *structs.Node {
 	now := time.Now()
 	plugin := n.sim.cfg.PluginID
@@ -152,7 +152,7 @@ func (n *node) buildNode() *structs.Node {
 		ID: n.id, SecretID: n.secret, Name: n.name, Datacenter: n.sim.cfg.Datacenter,
 		Attributes: map[string]string{
 			"kernel.name": "linux", "driver.raw_exec": "1",
-			"cpu.totalcompute": "200", "memory.totalbytes": fmt.Sprint(1 << 30),
+			"cpu.totalcompute": fmt.Sprint(allocCPU * n.sim.cfg.AllocsPerNode), "memory.totalbytes": fmt.Sprint(1 << 30),
 			"unique.network.ip-address": n.source,
 		},
 		Drivers: map[string]*structs.DriverInfo{

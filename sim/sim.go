@@ -48,6 +48,9 @@ type Config struct {
 	IntroToken string
 	// NodesPerAddr nodes share one loopback source address.
 	NodesPerAddr int
+	// AllocsPerNode is how many allocations of the job fit on a node (its
+	// reported CPU): room for replacements when nodes go away.
+	AllocsPerNode int
 	// ProviderLatency is how long each destructive provider call takes.
 	ProviderLatency time.Duration
 	// RegisterConcurrency bounds the registrations in flight at start.
@@ -66,6 +69,7 @@ func DefaultConfig(addrs []string) Config {
 		Datacenter:          "dc1",
 		Region:              "global",
 		NodesPerAddr:        50,
+		AllocsPerNode:       4,
 		ProviderLatency:     time.Millisecond,
 		RegisterConcurrency: 64,
 		CallTimeout:         30 * time.Second,
@@ -87,6 +91,8 @@ func (c Config) Validate() error {
 	case c.NodesPerAddr < 1 || c.NodesPerAddr > 90:
 		// Below the servers' default of 100 connections per address.
 		return fmt.Errorf("sim: nodes per address = %d, must be 1 to 90", c.NodesPerAddr)
+	case c.AllocsPerNode < 1 || c.AllocsPerNode > 1000:
+		return fmt.Errorf("sim: allocs per node = %d, must be 1 to 1000", c.AllocsPerNode)
 	case c.RegisterConcurrency < 1:
 		return fmt.Errorf("sim: register concurrency = %d, must be positive", c.RegisterConcurrency)
 	case c.CallTimeout <= 0:

@@ -87,8 +87,11 @@ func (s *Sim) RegisterVolumes(ctx context.Context, ids []string, batch int) erro
 	return nil
 }
 
+// allocCPU is the CPU (MHz) one allocation of the job asks for.
+const allocCPU = 100
+
 // RegisterJob registers the service job whose count allocations each
-// claim one volume; the nodes' capacity fits two allocations each.
+// claim one volume; a node fits Config.AllocsPerNode of them.
 func (s *Sim) RegisterJob(ctx context.Context, count int) error {
 	job := &structs.Job{
 		Region: s.cfg.Region, Namespace: structs.DefaultNamespace, ID: JobID, Name: JobID,
@@ -102,7 +105,7 @@ func (s *Sim) RegisterJob(ctx context.Context, count int) error {
 			Tasks: []*structs.Task{{
 				Name: "t", Driver: "raw_exec",
 				Config:       map[string]any{"command": "/bin/true"},
-				Resources:    &structs.Resources{CPU: 100, MemoryMB: 64},
+				Resources:    &structs.Resources{CPU: allocCPU, MemoryMB: 64},
 				VolumeMounts: []*structs.VolumeMount{{Volume: "data", Destination: "data"}},
 			}},
 		}},
