@@ -5,6 +5,8 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -154,11 +156,27 @@ func runScale(t *testing.T, tbl *scaleTable, n int) {
 	tbl.set(n, "place+claim+run allocs/s", "%.0f /s (%d in %.0f s)", float64(claimed-probeClaims)/el.Seconds(), claimed-probeClaims, el.Seconds())
 
 	// Phase C: 50 more claims with all the state in place.
+	// 1,000 blocking queries on its volumes wait on the leader meanwhile.
 	s.ResetClaimTimes()
 	must.NoError(t, s.RegisterVolumes(ctx, sim.VolumeIDs(claimed, claimed+probeClaims, 0, 0), 200))
+	rssW0, err := L.RSS()
+	must.NoError(t, err)
+	woke := startWatchers(t, L.HTTPAddr(), 1000, sim.VolumeIDs(claimed, claimed+probeClaims, 0, 0))
+	settle := time.Now() // a measuring window for the queries to park, not a wait for a condition
+	WaitFor(t, time.Minute, func() error {
+		if time.Since(settle) < 2*time.Second {
+			return fmt.Errorf("settling")
+		}
+		return nil
+	})
+	rssW1, err := L.RSS()
+	must.NoError(t, err)
+	tbl.set(n, "leader RSS of 1,000 watchers", "%s", mib(rssW1-rssW0))
+	start = time.Now()
 	must.NoError(t, s.RegisterJob(ctx, claimed+probeClaims))
 	must.NoError(t, s.WaitClaims(ctx, claimed+probeClaims))
 	big := s.Counts()
+	tbl.set(n, "1,000 watchers all woken", "%.2f s after job register", woke(start).Seconds())
 	tbl.set(n, "claim p50 (100 vols / full)", "%s / %s", small.ClaimP50.Round(time.Millisecond), big.ClaimP50.Round(time.Millisecond))
 	tbl.set(n, "claim p99 (100 vols / full)", "%s / %s", small.ClaimP99.Round(time.Millisecond), big.ClaimP99.Round(time.Millisecond))
 	tbl.set(n, "claim p99 ratio full/100", "%.2fx", float64(big.ClaimP99)/float64(max(small.ClaimP99, 1)))
@@ -259,4 +277,56 @@ func mustCPU(t *testing.T, a *Agent) time.Duration {
 	d, err := procCPU(a.PID())
 	must.NoError(t, err)
 	return d
+}
+
+// startWatchers parks count blocking queries on the leader's HTTP API, on
+// volumes ids in turn, each at the volume's current index. It returns once
+// every one is started; the returned func waits until every one woke
+// with a newer index (or five minutes pass) and gives the time from
+// since to the last wake.
+func startWatchers(t *testing.T, base string, count int, ids []string) func(since time.Time) time.Duration {
+	t.Helper()
+	client := &http.Client{Timeout: 3 * time.Minute}
+	index := map[string]uint64{}
+	for _, id := range ids {
+		meta, err := GetJSONMeta(base, "/v1/volume/csi/"+id, &struct{}{})
+		must.NoError(t, err)
+		index[id] = meta.Index
+	}
+	begin := time.Now()
+	done := make(chan time.Time, count)
+	for i := range count {
+		id := ids[i%len(ids)]
+		go func() {
+			for {
+				url := fmt.Sprintf("%s/v1/volume/csi/%s?index=%d&wait=2m", base, id, index[id])
+				resp, err := client.Get(url)
+				if err == nil {
+					_, _ = io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+					got, _ := strconv.ParseUint(resp.Header.Get("X-Nomad-Index"), 10, 64)
+					if resp.StatusCode == http.StatusOK && got > index[id] {
+						done <- time.Now()
+						return
+					}
+				}
+				if time.Since(begin) > 5*time.Minute {
+					done <- time.Time{}
+					return
+				}
+			}
+		}()
+	}
+	return func(since time.Time) time.Duration {
+		t.Helper()
+		var last time.Time
+		for range count {
+			at := <-done
+			must.False(t, at.IsZero(), must.Sprint("a watcher never woke"))
+			if at.After(last) {
+				last = at
+			}
+		}
+		return last.Sub(since)
+	}
 }
