@@ -108,6 +108,18 @@ func (n *node) dropConn(s *session) {
 // the client agent retries (no leader, a lost connection) until ctx ends
 // or the call timeout passes.
 func (n *node) rpc(ctx context.Context, method string, args, reply any) error {
+	return n.rpcRetrying(ctx, method, args, reply, false)
+}
+
+// claimRPC is rpc for volume claims and releases: like the client's
+// callClaim it keeps retrying what may succeed later (a claim queued
+// behind others in the plugin's lane past the call timeout, no leader)
+// until the node stops.
+func (n *node) claimRPC(ctx context.Context, args *structs.CSIVolumeClaimRequest, reply *structs.CSIVolumeClaimResponse) error {
+	return n.rpcRetrying(ctx, "CSIVolume.Claim", args, reply, true)
+}
+
+func (n *node) rpcRetrying(ctx context.Context, method string, args, reply any, forever bool) error {
 	if a, ok := args.(interface{ SetAuth(region, token string) }); ok {
 		a.SetAuth(n.sim.cfg.Region, n.secret)
 	}
@@ -132,7 +144,7 @@ func (n *node) rpc(ctx context.Context, method string, args, reply any) error {
 		if !structs.IsRetryable(err) && !errors.Is(err, errConnLost) && s != nil {
 			return err
 		}
-		if time.Now().After(deadline) {
+		if !forever && time.Now().After(deadline) {
 			return fmt.Errorf("%s: gave up: %w", method, err)
 		}
 		if err := backoff(ctx, wait); err != nil {
@@ -316,7 +328,7 @@ func (n *node) claimAll(a *structs.Allocation) ([]string, error) {
 		}
 		start := time.Now()
 		var resp structs.CSIVolumeClaimResponse
-		if err := n.rpc(n.ctx, "CSIVolume.Claim", args, &resp); err != nil {
+		if err := n.claimRPC(n.ctx, args, &resp); err != nil {
 			return out, fmt.Errorf("claim %s: %w", vol, err)
 		}
 		n.sim.recordClaim(time.Since(start))
@@ -332,7 +344,7 @@ func (n *node) releaseAll(a *structs.Allocation, vols []string) {
 		args := &structs.CSIVolumeClaimRequest{VolumeID: vol, AllocationID: a.ID, NodeID: n.id,
 			State: structs.CSIVolumeClaimStateUnpublishing}
 		var resp structs.CSIVolumeClaimResponse
-		if err := n.rpc(n.ctx, "CSIVolume.Claim", args, &resp); err != nil && n.ctx.Err() == nil {
+		if err := n.claimRPC(n.ctx, args, &resp); err != nil && n.ctx.Err() == nil {
 			n.sim.logger.Warn("release failed", "node", n.name, "volume_id", vol, "error", err)
 		}
 	}
