@@ -137,10 +137,13 @@ func (c *volumeChecker) FeasibleVolumes(node *structs.Node, tg *structs.TaskGrou
 		if err != nil {
 			return false, fmt.Sprintf("CSI node plugin %q: state read failed", pluginID)
 		}
+		count := len(attached)
 		for key := range newByPlugin[pluginID] {
-			attached[key] = true
+			if !attached[key] {
+				count++
+			}
 		}
-		if int64(len(attached)) > info.NodeInfo.MaxVolumes {
+		if int64(count) > info.NodeInfo.MaxVolumes {
 			return false, fmt.Sprintf("CSI node plugin %q max volumes reached", pluginID)
 		}
 	}
@@ -206,7 +209,8 @@ func (c *volumeChecker) releasable(allocID, nodeID string) bool {
 }
 
 // attachedOnNode returns the plugin's volumes (namespace/ID) with a claim
-// that still counts on the node, as a map the caller may change.
+// that still counts on the node. The map is the checker's own: read it,
+// never change it.
 func (c *volumeChecker) attachedOnNode(nodeID, pluginID string) (map[string]bool, error) {
 	byNode, ok := c.attached[pluginID]
 	if !ok {
@@ -231,9 +235,7 @@ func (c *volumeChecker) attachedOnNode(nodeID, pluginID string) (map[string]bool
 		}
 		c.attached[pluginID] = byNode
 	}
-	out := make(map[string]bool, len(byNode[nodeID]))
-	maps.Copy(out, byNode[nodeID])
-	return out, nil
+	return byNode[nodeID], nil
 }
 
 // outsideTopology says why a node whose plugin instance is info may not
