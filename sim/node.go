@@ -119,6 +119,10 @@ func (n *node) claimRPC(ctx context.Context, args *structs.CSIVolumeClaimRequest
 	return n.rpcRetrying(ctx, "CSIVolume.Claim", args, reply, true)
 }
 
+// controllerWait is how long a claim waits for a reachable controller
+// (the client's default CSIControllerWait).
+const controllerWait = time.Minute
+
 func (n *node) rpcRetrying(ctx context.Context, method string, args, reply any, forever bool) error {
 	if a, ok := args.(interface{ SetAuth(region, token string) }); ok {
 		a.SetAuth(n.sim.cfg.Region, n.secret)
@@ -141,7 +145,11 @@ func (n *node) rpcRetrying(ctx context.Context, method string, args, reply any, 
 		if ctx.Err() != nil || n.ctx.Err() != nil {
 			return fmt.Errorf("%s: %w", method, context.Canceled)
 		}
-		if !structs.IsRetryable(err) && !errors.Is(err, errConnLost) && s != nil {
+		// Claims also wait out a moment without a reachable controller,
+		// as the client does for CSIControllerWait.
+		controllerGone := forever && errors.Is(structs.FromRPCError(err), structs.ErrCSIControllerUnavailable) &&
+			time.Since(deadline.Add(-timeout)) < controllerWait
+		if !structs.IsRetryable(err) && !errors.Is(err, errConnLost) && !controllerGone && s != nil {
 			return err
 		}
 		if !forever && time.Now().After(deadline) {
