@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"time"
 
 	"github.com/roamhq/roam/nomad/csiclaim"
@@ -428,7 +429,7 @@ func (s *Server) controllerUnpublish(ctx context.Context, vol *structs.CSIVolume
 
 // applyRecordedFence narrows candidates by pluginID's fence in Raft, unless
 // this leader has seen a call answered on the fenced node.
-func (s *Server) applyRecordedFence(lanes *controllerLanes, pluginID string, candidates []*structs.Node) ([]*structs.Node, error) {
+func (s *Server) applyRecordedFence(lanes *controllerLanes, pluginID string, candidates iter.Seq[*structs.Node]) (iter.Seq[*structs.Node], error) {
 	rec, err := s.State().CSIControllerFence(nil, pluginID)
 	if err != nil || rec == nil || lanes.knownIdle(pluginID, rec.NodeID) {
 		return candidates, err

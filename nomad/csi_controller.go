@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"slices"
 	"strings"
 	"time"
@@ -52,15 +53,13 @@ func controllerCandidates(nodes []*structs.Node, pluginID string) []*structs.Nod
 }
 
 // pluginControllers is controllerCandidates for pluginID as the state is
-// now. It reads only the nodes indexed as running a controller of the
-// plugin, not every node: this runs inside the plugin's lane, once per
-// destructive call.
-func pluginControllers(store *state.StateStore, pluginID string) ([]*structs.Node, error) {
-	nodes, err := store.NodesByCSIController(nil, pluginID)
-	if err != nil {
-		return nil, err
-	}
-	return controllerCandidates(nodes, pluginID), nil
+// now, read from the state store's index of ready nodes with a healthy
+// controller of the plugin, already in node ID order. The sequence is
+// lazy: this runs inside the plugin's lane, once per destructive call, and
+// the usual call takes the first candidate and stops, at a cost that does
+// not grow with the number of nodes.
+func pluginControllers(store *state.StateStore, pluginID string) (iter.Seq[*structs.Node], error) {
+	return store.CSIControllerCandidates(pluginID)
 }
 
 // fence pins a plugin's destructive calls to the node where a call's
@@ -126,13 +125,13 @@ func (l *controllerLanes) knownIdle(pluginID, nodeID string) bool {
 // only that node may be called. If it is not among the candidates (its
 // controller unhealthy, or the node disconnected but not yet down), the
 // caller is told to come back: the error is retryable.
-func recordedFenceCandidates(pluginID string, candidates []*structs.Node, rec *structs.CSIControllerFence, node *structs.Node) ([]*structs.Node, error) {
+func recordedFenceCandidates(pluginID string, candidates iter.Seq[*structs.Node], rec *structs.CSIControllerFence, node *structs.Node) (iter.Seq[*structs.Node], error) {
 	if node == nil || node.Status == structs.NodeStatusDown {
 		return candidates, nil
 	}
-	for _, n := range candidates {
+	for n := range candidates {
 		if n.ID == rec.NodeID {
-			return []*structs.Node{n}, nil
+			return slices.Values([]*structs.Node{n}), nil
 		}
 	}
 	return nil, fmt.Errorf("%w: plugin %q: an earlier leader sent a controller call to node %s that may still be running; "+
@@ -142,10 +141,10 @@ func recordedFenceCandidates(pluginID string, candidates []*structs.Node, rec *s
 // fencedCandidates narrows candidates to the fenced node. With the node
 // not among them (down, or its controller unhealthy), the call must wait:
 // the error is retryable and says why.
-func fencedCandidates(pluginID string, candidates []*structs.Node, nodeID string) ([]*structs.Node, error) {
-	for _, n := range candidates {
+func fencedCandidates(pluginID string, candidates iter.Seq[*structs.Node], nodeID string) (iter.Seq[*structs.Node], error) {
+	for n := range candidates {
 		if n.ID == nodeID {
-			return []*structs.Node{n}, nil
+			return slices.Values([]*structs.Node{n}), nil
 		}
 	}
 	return nil, fmt.Errorf("%w: plugin %q: a controller call on node %s may still be running (its outcome is unknown); "+
@@ -168,20 +167,23 @@ func fencedCandidates(pluginID string, candidates []*structs.Node, nodeID string
 // errControllerUnavailable (and the last attempt's error) and names
 // pluginID; the node is nil. If ctx ends between attempts, its error is
 // returned, wrapped.
-func callController(ctx context.Context, pluginID string, candidates []*structs.Node,
+func callController(ctx context.Context, pluginID string, candidates iter.Seq[*structs.Node],
 	call func(ctx context.Context, node *structs.Node) error) (*structs.Node, error) {
-	if len(candidates) == 0 {
-		return nil, fmt.Errorf("%w: plugin %q has no healthy controller on a ready node",
-			errControllerUnavailable, pluginID)
+	var (
+		last  error
+		tried int
+	)
+	if candidates == nil { // no candidates at all
+		candidates = func(func(*structs.Node) bool) {}
 	}
-	var last error
-	for _, node := range candidates {
+	for node := range candidates {
 		if err := ctx.Err(); err != nil {
 			if last != nil {
 				return nil, fmt.Errorf("plugin %q: %w (last attempt: %v)", pluginID, err, last)
 			}
 			return nil, fmt.Errorf("plugin %q: %w", pluginID, err)
 		}
+		tried++
 		err := call(ctx, node)
 		switch {
 		case err == nil:
@@ -194,6 +196,10 @@ func callController(ctx context.Context, pluginID string, candidates []*structs.
 			return node, err
 		}
 	}
+	if tried == 0 {
+		return nil, fmt.Errorf("%w: plugin %q has no healthy controller on a ready node",
+			errControllerUnavailable, pluginID)
+	}
 	return nil, fmt.Errorf("%w: plugin %q: all %d candidates failed, last on %w",
-		errControllerUnavailable, pluginID, len(candidates), last)
+		errControllerUnavailable, pluginID, tried, last)
 }

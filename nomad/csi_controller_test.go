@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/rpc"
+	"slices"
 	"testing"
 	"time"
 
@@ -214,7 +215,7 @@ func TestCallController(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			called := []string{}
-			node, err := callController(t.Context(), testPlugin, tc.candidates,
+			node, err := callController(t.Context(), testPlugin, slices.Values(tc.candidates),
 				func(_ context.Context, n *structs.Node) error {
 					called = append(called, n.ID)
 					return tc.answers[n.ID]
@@ -255,7 +256,7 @@ func TestCallController_StopsWhenContextEnds(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	t.Cleanup(cancel)
 	called := []string{}
-	node, err := callController(ctx, testPlugin, nodes, func(_ context.Context, n *structs.Node) error {
+	node, err := callController(ctx, testPlugin, slices.Values(nodes), func(_ context.Context, n *structs.Node) error {
 		called = append(called, n.ID)
 		cancel()
 		return errControllerUnavailable
@@ -300,22 +301,117 @@ func BenchmarkControllerCandidates_10000Nodes(b *testing.B) {
 	}
 }
 
-// What the lane runs per destructive call: read the plugin's controller
-// nodes from the state store, then choose.
+// What the lane runs per destructive call: read the plugin's candidates
+// from the state store's index and take the first, the one the usual call
+// goes to. Its cost must not grow with the number of nodes.
 func BenchmarkPluginControllers_10000Nodes(b *testing.B) {
 	nodes, healthy := benchNodes10000()
+	store := benchControllerStore(b, nodes)
+	want := controllerCandidates(nodes, testPlugin)[0].ID
+	b.ReportAllocs()
+	for b.Loop() {
+		seq, err := pluginControllers(store, testPlugin)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for n := range seq {
+			if n.ID != want {
+				b.Fatalf("first candidate %s, want %s (of %d)", n.ID, want, healthy)
+			}
+			break
+		}
+	}
+}
+
+// Every candidate in order: what a call pays when every controller but
+// the last is unreachable.
+func BenchmarkPluginControllers_10000NodesAll(b *testing.B) {
+	nodes, healthy := benchNodes10000()
+	store := benchControllerStore(b, nodes)
+	b.ReportAllocs()
+	for b.Loop() {
+		seq, err := pluginControllers(store, testPlugin)
+		if err != nil {
+			b.Fatal(err)
+		}
+		n := 0
+		for range seq {
+			n++
+		}
+		if n != healthy {
+			b.Fatalf("got %d candidates, want %d", n, healthy)
+		}
+	}
+}
+
+func benchControllerStore(b *testing.B, nodes []*structs.Node) *state.StateStore {
 	store, err := state.NewStateStore()
 	must.NoError(b, err)
 	for i, n := range nodes {
 		must.NoError(b, store.UpsertNode(uint64(i+1), n))
 	}
-	b.ReportAllocs()
-	for b.Loop() {
-		got, err := pluginControllers(store, testPlugin)
-		if err != nil || len(got) != healthy {
-			b.Fatalf("got %d candidates (%v), want %d", len(got), err, healthy)
+	return store
+}
+
+// The state store's index of candidates follows the rule of
+// controllerCandidates through registrations, a controller turning
+// unhealthy, a node going down and coming back, and deregistration; and a
+// sequence read before a change still shows the state it was read at.
+func TestPluginControllers_IndexFollowsRule(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 5))
+	store, err := state.NewStateStore()
+	must.NoError(t, err)
+	live := map[string]*structs.Node{}
+	index := uint64(0)
+	check := func(step int) {
+		var all []*structs.Node
+		for _, n := range live {
+			all = append(all, n)
 		}
+		seq, err := pluginControllers(store, testPlugin)
+		must.NoError(t, err)
+		got := nodeIDs(slices.Collect(seq))
+		must.Eq(t, nodeIDs(controllerCandidates(all, testPlugin)), got, must.Sprintf("step %d", step))
+		must.Eq(t, got, nodeIDs(slices.Collect(seq)), must.Sprintf("step %d: a second walk reads the same", step))
 	}
+	for step := range 400 {
+		index++
+		id := fmt.Sprintf("node-%03d", rng.IntN(60))
+		if _, ok := live[id]; ok && rng.IntN(10) == 0 {
+			delete(live, id)
+			must.NoError(t, store.DeleteNodes(index, []string{id}))
+			check(step)
+			continue
+		}
+		status := structs.NodeStatusReady
+		if rng.IntN(4) == 0 {
+			status = structs.NodeStatusDown
+		}
+		n := &structs.Node{ID: id, SecretID: id + "-secret", Status: status,
+			CSIControllerPlugins: map[string]*structs.CSIInfo{}}
+		switch rng.IntN(4) {
+		case 0:
+			n.CSIControllerPlugins[testPlugin] = &structs.CSIInfo{PluginID: testPlugin, Healthy: true}
+		case 1:
+			n.CSIControllerPlugins[testPlugin] = &structs.CSIInfo{PluginID: testPlugin, Healthy: false}
+		case 2:
+			n.CSIControllerPlugins["other"] = &structs.CSIInfo{PluginID: "other", Healthy: true}
+		}
+		must.NoError(t, store.UpsertNode(index, n))
+		stored, err := store.NodeByID(nil, id)
+		must.NoError(t, err)
+		live[id] = stored
+		check(step)
+	}
+
+	before, err := pluginControllers(store, testPlugin)
+	must.NoError(t, err)
+	want := nodeIDs(slices.Collect(before))
+	for id := range live {
+		index++
+		must.NoError(t, store.DeleteNodes(index, []string{id}))
+	}
+	must.Eq(t, want, nodeIDs(slices.Collect(before)), must.Sprint("a sequence keeps the state it was read at"))
 }
 
 // After a call with an unknown outcome on a node, the plugin's calls stay
@@ -335,10 +431,10 @@ func TestControllerFence(t *testing.T) {
 	must.False(t, ok, must.Sprint("a fence is per plugin"))
 
 	a, b := &structs.Node{ID: "a"}, &structs.Node{ID: "b"}
-	got, err := fencedCandidates(testPlugin, []*structs.Node{a, b}, "b")
+	got, err := fencedCandidates(testPlugin, slices.Values([]*structs.Node{a, b}), "b")
 	must.NoError(t, err)
-	must.Eq(t, []*structs.Node{b}, got)
-	_, err = fencedCandidates(testPlugin, []*structs.Node{a}, "b")
+	must.Eq(t, []*structs.Node{b}, slices.Collect(got))
+	_, err = fencedCandidates(testPlugin, slices.Values([]*structs.Node{a}), "b")
 	must.ErrorIs(t, err, structs.ErrClaimInProgress)
 	must.True(t, structs.IsRetryable(err))
 	must.StrContains(t, err.Error(), "node b")

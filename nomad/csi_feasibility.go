@@ -20,10 +20,22 @@ import (
 // single-writer volume may both pass here. Claim admission (CanClaim at
 // claim time and again at Raft apply time) stays the authority; this check
 // only keeps the scheduler from placing where a claim cannot succeed.
+//
+// One checker serves one evaluation, from one goroutine.
 type volumeChecker struct {
 	snap *state.StateSnapshot
 	// namespace is the evaluated job's; volumes are looked up in it.
 	namespace string
+	// attached caches, per plugin, the volumes (namespace/ID) with a claim
+	// that still counts on each node, read once from snap: the scheduler
+	// asks for every candidate node of every placement, and reading all of
+	// a plugin's volumes each time made an evaluation cost placements x
+	// nodes x volumes (hours at 1,000 nodes and 4,000 volumes).
+	attached map[string]map[string]map[string]bool
+	// live caches, per namespace/ID, the volume with only the claims that
+	// still count (liveClaims), or nil for a volume not registered: it
+	// does not depend on the node asked about.
+	live map[string]*structs.CSIVolume
 }
 
 var _ scheduler.VolumeChecker = (*volumeChecker)(nil)
@@ -85,7 +97,7 @@ func (c *volumeChecker) FeasibleVolumes(node *structs.Node, tg *structs.TaskGrou
 			continue
 		}
 		id := volumeSource(req, allocIndex)
-		vol, err := c.snap.CSIVolumeByID(nil, ns, id)
+		vol, free, err := c.volume(ns, id)
 		if err != nil {
 			return false, fmt.Sprintf("volume %q: state read failed", id)
 		}
@@ -102,7 +114,6 @@ func (c *volumeChecker) FeasibleVolumes(node *structs.Node, tg *structs.TaskGrou
 		if why := outsideTopology(vol, info); why != "" {
 			return false, why
 		}
-		free := c.liveClaims(vol)
 		if err := free.CanClaim(claimFor(req, node.ID)); err != nil {
 			if errors.Is(err, structs.ErrCSIMaxClaims) {
 				if replacing != nil && free.Claims[replacing.ID] != nil {
@@ -126,14 +137,42 @@ func (c *volumeChecker) FeasibleVolumes(node *structs.Node, tg *structs.TaskGrou
 		if err != nil {
 			return false, fmt.Sprintf("CSI node plugin %q: state read failed", pluginID)
 		}
+		count := len(attached)
 		for key := range newByPlugin[pluginID] {
-			attached[key] = true
+			if !attached[key] {
+				count++
+			}
 		}
-		if int64(len(attached)) > info.NodeInfo.MaxVolumes {
+		if int64(count) > info.NodeInfo.MaxVolumes {
 			return false, fmt.Sprintf("CSI node plugin %q max volumes reached", pluginID)
 		}
 	}
 	return true, ""
+}
+
+// volume returns the volume ns/id (nil if not registered) and the same
+// with only its claims that still count, read from the snapshot once per
+// checker.
+func (c *volumeChecker) volume(ns, id string) (vol, free *structs.CSIVolume, err error) {
+	key := ns + "/" + id
+	if free, ok := c.live[key]; ok {
+		if free == nil {
+			return nil, nil, nil
+		}
+		return free, free, nil
+	}
+	vol, err = c.snap.CSIVolumeByID(nil, ns, id)
+	if err != nil {
+		return nil, nil, err
+	}
+	if vol != nil {
+		free = c.liveClaims(vol)
+	}
+	if c.live == nil {
+		c.live = make(map[string]*structs.CSIVolume)
+	}
+	c.live[key] = free
+	return vol, free, nil
 }
 
 // liveClaims returns vol, or a copy of it, holding only the claims that
@@ -170,23 +209,33 @@ func (c *volumeChecker) releasable(allocID, nodeID string) bool {
 }
 
 // attachedOnNode returns the plugin's volumes (namespace/ID) with a claim
-// that still counts on the node.
+// that still counts on the node. The map is the checker's own: read it,
+// never change it.
 func (c *volumeChecker) attachedOnNode(nodeID, pluginID string) (map[string]bool, error) {
-	vols, err := c.snap.CSIVolumesByPlugin(nil, pluginID)
-	if err != nil {
-		return nil, err
-	}
-	attached := make(map[string]bool)
-	for _, v := range vols {
-		for allocID, cl := range v.Claims {
-			if cl.NodeID != nodeID || c.releasable(allocID, cl.NodeID) {
-				continue
-			}
-			attached[v.Namespace+"/"+v.ID] = true
-			break
+	byNode, ok := c.attached[pluginID]
+	if !ok {
+		vols, err := c.snap.CSIVolumesByPlugin(nil, pluginID)
+		if err != nil {
+			return nil, err
 		}
+		byNode = make(map[string]map[string]bool)
+		for _, v := range vols {
+			for allocID, cl := range v.Claims {
+				if c.releasable(allocID, cl.NodeID) {
+					continue
+				}
+				if byNode[cl.NodeID] == nil {
+					byNode[cl.NodeID] = make(map[string]bool)
+				}
+				byNode[cl.NodeID][v.Namespace+"/"+v.ID] = true
+			}
+		}
+		if c.attached == nil {
+			c.attached = make(map[string]map[string]map[string]bool)
+		}
+		c.attached[pluginID] = byNode
 	}
-	return attached, nil
+	return byNode[nodeID], nil
 }
 
 // outsideTopology says why a node whose plugin instance is info may not

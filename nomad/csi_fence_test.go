@@ -2,6 +2,7 @@ package nomad
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -95,21 +96,21 @@ func TestRecordedFenceCandidates(t *testing.T) {
 	b := ctrlNode("b", structs.NodeStatusReady, &healthy)
 	rec := &structs.CSIControllerFence{PluginID: testPlugin, NodeID: "b"}
 
-	got, err := recordedFenceCandidates(testPlugin, []*structs.Node{a, b}, rec, b)
+	got, err := recordedFenceCandidates(testPlugin, slices.Values([]*structs.Node{a, b}), rec, b)
 	must.NoError(t, err)
-	must.Eq(t, []string{"b"}, nodeIDs(got))
+	must.Eq(t, []string{"b"}, nodeIDs(slices.Collect(got)))
 
-	_, err = recordedFenceCandidates(testPlugin, []*structs.Node{a}, rec, b)
+	_, err = recordedFenceCandidates(testPlugin, slices.Values([]*structs.Node{a}), rec, b)
 	must.ErrorIs(t, err, structs.ErrClaimInProgress)
 	must.True(t, structs.IsRetryable(err))
 	must.StrContains(t, err.Error(), "node b")
 
 	down := ctrlNode("b", structs.NodeStatusDown, &healthy)
-	got, err = recordedFenceCandidates(testPlugin, []*structs.Node{a}, rec, down)
+	got, err = recordedFenceCandidates(testPlugin, slices.Values([]*structs.Node{a}), rec, down)
 	must.NoError(t, err)
-	must.Eq(t, []string{"a"}, nodeIDs(got))
+	must.Eq(t, []string{"a"}, nodeIDs(slices.Collect(got)))
 
-	got, err = recordedFenceCandidates(testPlugin, []*structs.Node{a}, rec, nil)
+	got, err = recordedFenceCandidates(testPlugin, slices.Values([]*structs.Node{a}), rec, nil)
 	must.NoError(t, err)
-	must.Eq(t, []string{"a"}, nodeIDs(got))
+	must.Eq(t, []string{"a"}, nodeIDs(slices.Collect(got)))
 }

@@ -2,6 +2,7 @@ package state
 
 import (
 	"fmt"
+	"iter"
 	"sort"
 
 	memdb "github.com/hashicorp/go-memdb"
@@ -139,6 +140,37 @@ func (s *StateStore) NodesByCSIController(ws memdb.WatchSet, pluginID string) ([
 	}
 	ws.Add(iter.WatchCh())
 	return collectNodes(iter), nil
+}
+
+// CSIControllerCandidates returns the nodes that may serve a controller
+// call for pluginID, in the order to try them: ready nodes whose
+// controller instance of the plugin is healthy, sorted by node ID, lowest
+// first. The sequence reads the state as it was when this was called, and
+// lazily: taking only the first node costs one index lookup however many
+// nodes run the plugin.
+func (s *StateStore) CSIControllerCandidates(pluginID string) (iter.Seq[*structs.Node], error) {
+	txn := s.db.Txn(false)
+	it, err := txn.Get(TableNodes, "csi_controller_ready", pluginID)
+	if err != nil {
+		return nil, fmt.Errorf("state: controller candidates of plugin %q: %w", pluginID, err)
+	}
+	first := it
+	return func(yield func(*structs.Node) bool) {
+		// A memdb iterator runs once: a second range reads the same
+		// snapshot (txn) again.
+		cur := first
+		first = nil
+		if cur == nil {
+			if cur, err = txn.Get(TableNodes, "csi_controller_ready", pluginID); err != nil {
+				return
+			}
+		}
+		for raw := cur.Next(); raw != nil; raw = cur.Next() {
+			if !yield(raw.(*structs.Node)) {
+				return
+			}
+		}
+	}, nil
 }
 
 // Nodes returns every node, sorted by ID.

@@ -76,6 +76,14 @@ func nodeTableSchema() *memdb.TableSchema {
 				AllowMissing: true,
 				Indexer:      controllerPluginIndex{},
 			},
+			// The nodes that may serve a plugin's controller call, in the
+			// order they are tried: the lane reads the first one per
+			// destructive call without looking at any other node.
+			"csi_controller_ready": {
+				Name:         "csi_controller_ready",
+				AllowMissing: true,
+				Indexer:      readyControllerIndex{},
+			},
 		},
 	}
 }
@@ -108,4 +116,32 @@ func (controllerPluginIndex) FromArgs(args ...any) ([]byte, error) {
 		return nil, fmt.Errorf("state: csi_controller index: plugin ID is %T, not a string", args[0])
 	}
 	return []byte(id + "\x00"), nil
+}
+
+// readyControllerIndex indexes a ready node under each CSI plugin whose
+// controller instance on it is healthy: the controller candidates of
+// DESIGN.md ("Choosing a controller"). memdb appends the node ID to the
+// value of a non-unique index, so a plugin's entries come sorted by node
+// ID, lowest first.
+type readyControllerIndex struct{}
+
+func (readyControllerIndex) FromObject(raw any) (bool, [][]byte, error) {
+	n, ok := raw.(*structs.Node)
+	if !ok {
+		return false, nil, fmt.Errorf("state: csi_controller_ready index: %T is not a node", raw)
+	}
+	if !n.Ready() {
+		return false, nil, nil
+	}
+	var vals [][]byte
+	for id, info := range n.CSIControllerPlugins {
+		if info != nil && info.Healthy {
+			vals = append(vals, []byte(id+"\x00"))
+		}
+	}
+	return len(vals) > 0, vals, nil
+}
+
+func (readyControllerIndex) FromArgs(args ...any) ([]byte, error) {
+	return controllerPluginIndex{}.FromArgs(args...)
 }
