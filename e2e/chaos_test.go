@@ -316,17 +316,35 @@ func TestPartition_FlappingPairs(t *testing.T) {
 }
 
 // Scenario 5: the node running the fenced controller (the one the leader
-// last sent a destructive call to, recorded in Raft) is cut off from every
-// server — the leader among them — while a publish runs there and more
-// calls for the plugin wait in its lane. The leader must not send the
-// plugin's calls to another node while the first may still run: they wait
-// (callers are told to come back) until the node answers or is declared
-// down. Afterwards the checker runs as for every scenario.
+// sent a destructive call to) is cut off from every server, the leader
+// among them, while that call is still running at the provider (the
+// plugin's publish hangs there, FaultHangControllerPublish) and more calls
+// for the plugin wait in the leader's lane behind it. The leader's call
+// ends with its outcome unknown once the client's session is found dead
+// (yamux keepalive, at most 40 s), and the node is declared down after
+// 14 s: from then on another node's controller is a candidate. The fence
+// must keep the plugin's calls off every other node while the first may
+// still run. After the heal the hang is switched off and the checker runs.
+// With ROAM_TEST_DISABLE_CONTROLLER_FENCE=1 the provider sees two calls at
+// once.
 func TestPartition_FencedControllerCutOff(t *testing.T) {
-	cc, ch := startFaultCluster(t, 3*time.Second)
+	if os.Getenv(nomadEnvDisableControllerFence) == "1" {
+		t.Logf("%s=1: the servers' controller fences are off; this scenario must find an overlap at the provider",
+			nomadEnvDisableControllerFence)
+	}
+	cc, ch := startFaultCluster(t, time.Second)
 	r := newFaultRunner(t, cc, ch)
 	seed := time.Now().UnixNano() % 1e6
 	ch.start(seed)
+
+	// The leader calls the lowest node ID first: its publishes hang.
+	fenced := cc.controllerOrder()[0]
+	j := cc.clientIndex(fenced)
+	must.NonNegative(t, j)
+	victim := cc.Clients[j]
+	faultPath := filepath.Join(cc.StateDir, faultHangControllerPublish+"-"+fenced)
+	must.NoError(t, os.WriteFile(faultPath, []byte("forever\n"), 0o644))
+	t.Cleanup(func() { _ = os.Remove(faultPath) })
 
 	// Queue publishes: four jobs claiming a volume each, at once.
 	var qvols []volRef
@@ -341,50 +359,41 @@ func TestPartition_FencedControllerCutOff(t *testing.T) {
 	for i, n := range names {
 		cc.RunJob(csiJob(qjobs[i], "service", 1, n, false, "", sleepScript))
 	}
-	// The fenced node: the one running a publish now, with more claims
-	// still publishing behind it.
-	var fenced string
 	WaitFor(t, csiSettle, func() error {
 		calls, err := providerInFlight(cc.StateDir)
 		if err != nil {
 			return err
 		}
-		publishing := 0
-		for _, n := range names {
-			v, err := cc.volume(n)
-			if err != nil {
-				return err
-			}
-			for _, c := range v.Claims {
-				if c.State == "publishing" {
-					publishing++
-				}
-			}
-		}
 		for _, c := range calls {
-			if c.Method == "ControllerPublishVolume" && publishing >= 2 {
-				fenced = c.NodeID
+			if c.Method == "ControllerPublishVolume" && c.NodeID == fenced {
 				return nil
 			}
 		}
-		return fmt.Errorf("want a publish in flight and 2 claims publishing: %d in flight, %d publishing", len(calls), publishing)
+		return fmt.Errorf("want a publish in flight on %s: %+v", fenced, calls)
 	})
-	j := cc.clientIndex(fenced)
-	must.NonNegative(t, j)
-	victim := cc.Clients[j]
-	const cutFor = 20 * time.Second
+	const cutFor = 55 * time.Second
 	cutAt := time.Now()
 	r.nf.Cut([]*Agent{victim}, cc.Servers)
-	t.Logf("cut %s (running the fenced controller's publish) off from every server for %s", victim.Name, cutFor)
+	t.Logf("cut %s (its controller's publish hangs at the provider) off from every server for %s", victim.Name, cutFor)
 	r.hold(cutFor)
 	r.nf.Heal()
 	healAt := time.Now()
-	t.Logf("healed after %s", healAt.Sub(cutAt).Round(time.Millisecond))
+	must.NoError(t, os.Remove(faultPath))
+	t.Logf("healed after %s; the hang is off", healAt.Sub(cutAt).Round(time.Millisecond))
 	qVolFor := func(a *Alloc) string { return strings.TrimPrefix(a.JobID, "job-") }
 	rep := ch.check(t, "scenario 5", healAt, qvols, qjobs, qVolFor)
 	t.Logf("scenario 5 counts: %d ControllerPublishVolume, %d ControllerUnpublishVolume calls; claims cycled=%d",
 		cc.totalCalls(t, "ControllerPublishVolume"), cc.totalCalls(t, "ControllerUnpublishVolume"), rep.Cycles)
 }
+
+// faultHangControllerPublish is hostpath.FaultHangControllerPublish: the
+// plugin's publish hangs while the file (contents "forever") is in its
+// state dir, suffixed with the plugin's node ID.
+const faultHangControllerPublish = "fault-hang-controller-publish"
+
+// nomadEnvDisableControllerFence is nomad.EnvDisableControllerFence (e2e
+// imports only api): the servers inherit the test's environment.
+const nomadEnvDisableControllerFence = "ROAM_TEST_DISABLE_CONTROLLER_FENCE"
 
 // providerCallInFlight is one entry of the plugin's provider-inflight.json.
 type providerCallInFlight struct {
