@@ -103,8 +103,23 @@ func randomStep(rng *rand.Rand, kind faultKind, servers, clients int, minHold, m
 	case faultKillClient, faultKillPlugin:
 		s.A = servers + rng.Intn(clients)
 	}
+	// A client that is dead or frozen cannot stop its tasks, which run on
+	// as processes of their own: held past the servers' window (10 s from
+	// its last heartbeat) its node goes down, its claims are freed by
+	// design, and a replacement writes beside the orphan until the client
+	// is back to kill it. The stop window protects clients that run but
+	// cannot reach the servers (isolation, cuts), so a dead or frozen
+	// client is held at most clientDownHold.
+	if s.Kind == faultKillClient || (s.Kind == faultPause && s.A >= servers) {
+		s.Hold = min(s.Hold, clientDownHold)
+	}
 	return s
 }
+
+// clientDownHold bounds how long a client stays killed or frozen in a
+// schedule: with a heartbeat up to a few seconds old and a restart, well
+// inside the servers' 10 s window.
+const clientDownHold = 4 * time.Second
 
 func (r *faultRunner) describe(s faultStep) string {
 	ag := r.agents()
