@@ -35,8 +35,8 @@ import (
 const leaderFaultFor = 15 * time.Second
 
 // checkAfterLeaderFault waits for the claim of job "pub" on vol1 to settle
-// and runs the checker, logging its counts.
-func checkAfterLeaderFault(t *testing.T, cc *csiCluster, scenario string, healAt time.Time) {
+// and runs the checker over it and the churn, logging its counts.
+func checkAfterLeaderFault(t *testing.T, cc *csiCluster, ch *claimChurn, scenario string, healAt time.Time) {
 	t.Helper()
 	// A fault may fail the first allocation (its publish cut short) and
 	// have it replaced: what matters is one running allocation holding
@@ -79,6 +79,17 @@ func checkAfterLeaderFault(t *testing.T, cc *csiCluster, scenario string, healAt
 		scenario, prov, overlapCounts(cc), settle.Round(time.Millisecond), len(list),
 		cc.totalCalls(t, "ControllerPublishVolume"), cc.totalCalls(t, "ControllerUnpublishVolume"))
 	cc.mustNoOverlaps(t)
+	ch.check(t, scenario+" (with churn)", healAt, vols, []string{"pub"}, func(*Alloc) string { return "vol1" })
+}
+
+// startLeaderFaultChurn creates the churn volumes (volume creation is a
+// destructive call, so before the publish the scenario watches) and returns
+// the churn, to be started once that publish is in flight.
+func startLeaderFaultChurn(t *testing.T, cc *csiCluster) *claimChurn {
+	t.Helper()
+	ch := newClaimChurn(t, cc, churnWorkers)
+	t.Cleanup(ch.halt)
+	return ch
 }
 
 func TestPartition_LeaderCutOffDuringPublish(t *testing.T) {
@@ -93,7 +104,9 @@ func TestPartition_LeaderCutOffDuringPublish(t *testing.T) {
 		}
 	}
 
+	ch := startLeaderFaultChurn(t, cc)
 	startPublishing(t, cc)
+	ch.start(time.Now().UnixNano())
 	cutAt := time.Now()
 	nf.Cut([]*Agent{cc.Servers[old]}, followers)
 	newLeader := waitLeaderAmong(t, cc.Cluster, followers)
@@ -109,7 +122,7 @@ func TestPartition_LeaderCutOffDuringPublish(t *testing.T) {
 	nf.Heal()
 	healAt := time.Now()
 	cc.WaitForLeader(leaderTimeout)
-	checkAfterLeaderFault(t, cc, "scenario 1", healAt)
+	checkAfterLeaderFault(t, cc, ch, "scenario 1", healAt)
 }
 
 func TestPartition_LeaderPausedDuringPublish(t *testing.T) {
@@ -117,7 +130,9 @@ func TestPartition_LeaderPausedDuringPublish(t *testing.T) {
 		ServerConfigExtra: partitionServerTimers})
 	old := cc.Leader()
 
+	ch := startLeaderFaultChurn(t, cc)
 	startPublishing(t, cc)
+	ch.start(time.Now().UnixNano())
 	must.NoError(t, cc.Servers[old].Pause())
 	pausedAt := time.Now()
 	const pauseFor = 5 * time.Second
@@ -131,7 +146,7 @@ func TestPartition_LeaderPausedDuringPublish(t *testing.T) {
 	resumedAt := time.Now()
 	leader := cc.WaitForLeader(leaderTimeout)
 	t.Logf("paused leader %s for %s; %s leads after the resume", cc.Servers[old].Name, pauseFor, cc.Servers[leader].Name)
-	checkAfterLeaderFault(t, cc, "scenario 2", resumedAt)
+	checkAfterLeaderFault(t, cc, ch, "scenario 2", resumedAt)
 }
 
 // Scenario 4: one server in a minority, with the clients' sessions on it.
@@ -147,9 +162,12 @@ func TestPartition_ServerMinorityWithClients(t *testing.T) {
 	nf := newNetFaults(t)
 	ext := cc.createVolumes(t, "client-0", "vol1")[0]
 	cc.registerVolumeHTTP(t, "vol1", ext)
+	ch := newClaimChurn(t, cc, churnWorkers)
+	t.Cleanup(ch.halt)
 	cc.RunJob(csiJob("a", "service", 1, "vol1", false, "", sleepScript))
 	first := cc.waitCSIAllocs(t, "a", csiSettle, oneAlloc("running"))[0]
 	cc.waitClaim(t, "vol1", first.ID)
+	ch.start(time.Now().UnixNano())
 
 	// Clients dial the servers in config order: their sessions are on
 	// server-0, which goes into the minority.
@@ -225,6 +243,7 @@ func TestPartition_ServerMinorityWithClients(t *testing.T) {
 	t.Logf("scenario 4 invariants: provider overlaps=%d per-process overlaps=%s claims cycled=1 unsettled=0 (settled %s after the heal); "+
 		"nodes not ready during the cut: %v; allocations of b: %d", prov, overlapCounts(cc), settle.Round(time.Millisecond), down, len(listB))
 	cc.mustNoOverlaps(t)
+	ch.check(t, "scenario 4 (with churn)", healAt, vols, []string{"a", "b"}, func(*Alloc) string { return "vol1" })
 }
 
 func writeFile(path, content string) error { return os.WriteFile(path, []byte(content), 0o644) }

@@ -165,6 +165,9 @@ func TestPartition_ClientCutOffStopsWriter(t *testing.T) {
 	nf := newNetFaults(t)
 	ext := cc.createVolumes(t, "client-0", "vol1")[0]
 	cc.registerVolumeHTTP(t, "vol1", ext)
+	ch := newClaimChurn(t, cc, churnWorkers)
+	t.Cleanup(ch.halt)
+	ch.start(time.Now().UnixNano())
 
 	cc.RunJob(seqWriterJob("writer", "vol1"))
 	first := cc.waitCSIAllocs(t, "writer", csiSettle, oneAlloc("running"))[0]
@@ -274,6 +277,7 @@ func TestPartition_ClientCutOffStopsWriter(t *testing.T) {
 	must.NoError(t, cc.claimsSettled(vols, []string{"writer"}, func(*Alloc) string { return "vol1" }))
 	must.True(t, firstRun.End.Before(secondRun.Start), must.Sprintf("first writer's last write is not before the replacement's first:\n%s", rep))
 	cc.mustNoOverlaps(t)
+	ch.check(t, "scenario 3 (with churn)", healAt, vols, []string{"writer"}, func(*Alloc) string { return "vol1" })
 }
 
 // overlapCounts renders every plugin process's overlap count.
