@@ -265,6 +265,7 @@ func (r *faultRunner) waitSettled(healAt time.Time) {
 	if d > r.maxSettle {
 		r.maxSettle = d
 	}
+	r.t.Logf("  healed; %d claims unsettled at the heal, settled %s after it", len(before), d.Round(time.Millisecond))
 	if err != nil {
 		r.unsettled = append(r.unsettled, fmt.Sprintf("claims unsettled %s after the heal at %s: %v", csiSettle, healAt.Format("15:04:05"), err))
 	}
