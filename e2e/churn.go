@@ -65,6 +65,8 @@ type claimChurn struct {
 	t    *testing.T
 	vols []volRef
 	jobs []string
+	// extra is the churn's plugin set when it is not the default plugin.
+	extra *csiPluginSet
 
 	stop chan struct{}
 	wg   sync.WaitGroup
@@ -77,19 +79,41 @@ type claimChurn struct {
 	errs     map[string]int // first words of step errors, counted
 }
 
-// newClaimChurn creates n churn volumes and registers them; start begins
-// the cycles.
+// newClaimChurn creates n churn volumes of the default plugin and
+// registers them; start begins the cycles.
 func newClaimChurn(t *testing.T, cc *csiCluster, n int) *claimChurn {
+	t.Helper()
+	return newClaimChurnOn(t, cc, n, csiPluginID)
+}
+
+// churnPluginID is the second plugin (csiOpts.ExtraPluginIDs) that the
+// churn of scenarios 1–4 uses, so that the scenario's own volume has its
+// plugin's lane to itself: a node cut off with a controller call in flight
+// holds its plugin's calls until the call is known finished (the fence),
+// up to the 2-minute call deadline, which would otherwise delay the
+// scenario's own replacement past its bounds.
+const churnPluginID = "churnpath"
+
+// newClaimChurnOn is newClaimChurn with the volumes on pluginID, the
+// default plugin or one of csiOpts.ExtraPluginIDs.
+func newClaimChurnOn(t *testing.T, cc *csiCluster, n int, pluginID string) *claimChurn {
 	t.Helper()
 	ch := &claimChurn{cc: cc, t: t, stop: make(chan struct{}), acked: make(map[string]*ackedClaim), errs: make(map[string]int)}
 	var names []string
 	for i := 0; i < n; i++ {
 		names = append(names, fmt.Sprintf("churn%d", i))
 	}
-	exts := cc.createVolumes(t, "client-0", names...)
+	stateDir, sock := cc.StateDir, cc.Sockets["client-0"]
+	if pluginID != csiPluginID {
+		set := cc.Extra[pluginID]
+		must.NotNil(t, set, must.Sprintf("plugin %q is not one of the cluster's extra plugins", pluginID))
+		stateDir, sock = set.StateDir, set.Sockets["client-0"]
+		ch.extra = set
+	}
+	exts := createVolumesAt(t, sock, names...)
 	for i, name := range names {
-		cc.registerVolumeHTTP(t, name, exts[i])
-		ch.vols = append(ch.vols, volRef{ID: name, ExtID: exts[i], StateDir: cc.StateDir})
+		cc.registerVolumeFor(t, pluginID, name, exts[i])
+		ch.vols = append(ch.vols, volRef{ID: name, ExtID: exts[i], StateDir: stateDir})
 		ch.jobs = append(ch.jobs, "job-"+name)
 	}
 	return ch
@@ -440,7 +464,7 @@ func (ch *claimChurn) check(t *testing.T, scenario string, healAt time.Time, ext
 	rep.ProcessOverlaps = overlapCounts(cc)
 	lastWrite := make(map[string]time.Time) // volume/alloc → its last line's time
 	for _, v := range vols {
-		w, err := checkWriters(cc.volumeFile(v.ExtID, "log"))
+		w, err := checkWriters(filepath.Join(v.StateDir, "volumes", v.ExtID, "log"))
 		if os.IsNotExist(err) {
 			continue
 		}
@@ -471,5 +495,11 @@ func (ch *claimChurn) check(t *testing.T, scenario string, healAt time.Time, ext
 	must.Eq(t, 0, rep.WriterViolations, must.Sprintf("%s: two live writers on a single-writer volume:\n%s",
 		scenario, strings.Join(rep.writerDetail, "\n")))
 	cc.mustNoOverlaps(t)
+	if ch.extra != nil {
+		n, err := providerOverlaps(ch.extra.StateDir)
+		must.NoError(t, err)
+		must.Eq(t, 0, n, must.Sprintf("%s: plugin %s's provider saw overlapping destructive calls", scenario, ch.extra.ID))
+		cc.mustNoOverlapsIn(t, ch.extra)
+	}
 	return rep
 }

@@ -87,14 +87,14 @@ func checkAfterLeaderFault(t *testing.T, cc *csiCluster, ch *claimChurn, scenari
 // the churn, to be started once that publish is in flight.
 func startLeaderFaultChurn(t *testing.T, cc *csiCluster) *claimChurn {
 	t.Helper()
-	ch := newClaimChurn(t, cc, churnWorkers)
+	ch := newClaimChurnOn(t, cc, churnWorkers, churnPluginID)
 	t.Cleanup(ch.halt)
 	return ch
 }
 
 func TestPartition_LeaderCutOffDuringPublish(t *testing.T) {
 	cc := startCSICluster(t, csiOpts{Servers: 3, Clients: 3, PublishLatency: leadPublishLatency, OwnAddrs: true,
-		ServerConfigExtra: partitionServerTimers})
+		ServerConfigExtra: partitionServerTimers, ExtraPluginIDs: []string{churnPluginID}})
 	nf := newNetFaults(t)
 	old := cc.Leader()
 	var followers []*Agent
@@ -127,7 +127,7 @@ func TestPartition_LeaderCutOffDuringPublish(t *testing.T) {
 
 func TestPartition_LeaderPausedDuringPublish(t *testing.T) {
 	cc := startCSICluster(t, csiOpts{Servers: 3, Clients: 3, PublishLatency: leadPublishLatency, OwnAddrs: true,
-		ServerConfigExtra: partitionServerTimers})
+		ServerConfigExtra: partitionServerTimers, ExtraPluginIDs: []string{churnPluginID}})
 	old := cc.Leader()
 
 	ch := startLeaderFaultChurn(t, cc)
@@ -158,11 +158,11 @@ func TestPartition_ServerMinorityWithClients(t *testing.T) {
 	// The partition timers: a client slow to fail over may be declared
 	// down, and must then have stopped its claim holders first.
 	cc := startCSICluster(t, csiOpts{Servers: 3, Clients: 3, PublishLatency: 200 * time.Millisecond, OwnAddrs: true,
-		StopOnClientAfter: partitionStopAfter, ServerConfigExtra: partitionServerTimers})
+		StopOnClientAfter: partitionStopAfter, ServerConfigExtra: partitionServerTimers, ExtraPluginIDs: []string{churnPluginID}})
 	nf := newNetFaults(t)
 	ext := cc.createVolumes(t, "client-0", "vol1")[0]
 	cc.registerVolumeHTTP(t, "vol1", ext)
-	ch := newClaimChurn(t, cc, churnWorkers)
+	ch := newClaimChurnOn(t, cc, churnWorkers, churnPluginID)
 	t.Cleanup(ch.halt)
 	cc.RunJob(csiJob("a", "service", 1, "vol1", false, "", sleepScript))
 	first := cc.waitCSIAllocs(t, "a", csiSettle, oneAlloc("running"))[0]

@@ -161,11 +161,12 @@ func TestPartition_ClientCutOffStopsWriter(t *testing.T) {
 		OwnAddrs:          true,
 		StopOnClientAfter: stopAfter,
 		ServerConfigExtra: partitionServerTimers,
+		ExtraPluginIDs:    []string{churnPluginID},
 	})
 	nf := newNetFaults(t)
 	ext := cc.createVolumes(t, "client-0", "vol1")[0]
 	cc.registerVolumeHTTP(t, "vol1", ext)
-	ch := newClaimChurn(t, cc, churnWorkers)
+	ch := newClaimChurnOn(t, cc, churnWorkers, churnPluginID)
 	t.Cleanup(ch.halt)
 	ch.start(time.Now().UnixNano())
 
