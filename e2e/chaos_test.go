@@ -296,6 +296,18 @@ func durationEnv(t *testing.T, env string, def time.Duration) time.Duration {
 	return d
 }
 
+// pluginRestartAlways keeps restarting a plugin task that chaos kills: the
+// default restart policy (2 attempts in 30 minutes, then fail) leaves a
+// client without its plugin after its third kill -9 (chaos seed 16), as
+// it would a real plugin job without a restart policy of its own.
+const pluginRestartAlways = `    restart {
+      attempts = 1000
+      interval = "1h"
+      delay    = "1s"
+      mode     = "delay"
+    }
+`
+
 // startFaultCluster is the cluster every fault run uses: 3 servers, 3
 // clients with their own addresses, the partition timers (client stop
 // 3 s, servers free a lost node's claims after 10 s), a plugin with
@@ -303,7 +315,8 @@ func durationEnv(t *testing.T, env string, def time.Duration) time.Duration {
 func startFaultCluster(t *testing.T, latency time.Duration) (*csiCluster, *claimChurn) {
 	t.Helper()
 	cc := startCSICluster(t, csiOpts{Servers: 3, Clients: 3, PublishLatency: latency, OwnAddrs: true,
-		StopOnClientAfter: partitionStopAfter, ServerConfigExtra: partitionServerTimers})
+		StopOnClientAfter: partitionStopAfter, ServerConfigExtra: partitionServerTimers,
+		PluginGroupExtra: pluginRestartAlways})
 	ch := newClaimChurn(t, cc, churnWorkers)
 	t.Cleanup(ch.halt)
 	return cc, ch
