@@ -90,6 +90,9 @@ type csiOpts struct {
 	// a leader: the harness's requests and CLI runs then carry the
 	// management token (csiCluster.ACLToken).
 	ACL bool
+	// PluginGroupExtra is more HCL for the plugin job's group (job mode),
+	// such as a restart policy for runs that kill plugins often.
+	PluginGroupExtra string
 	// OwnAddrs and StopOnClientAfter are Opts' fields of the same names.
 	OwnAddrs          bool
 	StopOnClientAfter string

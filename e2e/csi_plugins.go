@@ -76,9 +76,9 @@ func csiPluginJob(roam, pluginID, stateDir string, opts csiOpts) string {
         memory = 32
       }
     }
-  }
+%s  }
 }
-`, csiPluginJobID(pluginID), pluginID, hclList(args), pluginID)
+`, csiPluginJobID(pluginID), pluginID, hclList(args), pluginID, opts.PluginGroupExtra)
 }
 
 // csiPluginProc is the plugin instance of one plugin ID on one client. Its

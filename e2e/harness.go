@@ -340,6 +340,13 @@ func (a *Agent) Pause() error {
 	return nil
 }
 
+// Paused reports whether the process is frozen by Pause.
+func (a *Agent) Paused() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.running && a.paused
+}
+
 // Resume lets a paused process run again with SIGCONT.
 func (a *Agent) Resume() error {
 	a.mu.Lock()

@@ -473,7 +473,12 @@ func (s *Server) onController(ctx context.Context, pluginID, op string, call fun
 		if err != nil {
 			return err
 		}
-		if nodeID, ok := lanes.fencedTo(pluginID, time.Now()); ok {
+		if controllerFenceDisabled() {
+			fenceOffWarning.Do(func() {
+				s.logger.Warn("controller fences are off: this server may call two controllers of one plugin at once",
+					"env", EnvDisableControllerFence)
+			})
+		} else if nodeID, ok := lanes.fencedTo(pluginID, time.Now()); ok {
 			if candidates, err = fencedCandidates(pluginID, candidates, nodeID); err != nil {
 				return err
 			}

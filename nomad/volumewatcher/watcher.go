@@ -99,6 +99,13 @@ type claimTrack struct {
 	running bool
 	backoff time.Duration
 	next    time.Time // earliest next attempt after a failure
+	// readyAtStart is how many of the plugin's healthy controllers were on
+	// ready nodes when the last release started. A release that failed
+	// for want of a controller is tried again as soon as more are ready
+	// (the partition healed, the node came back) rather than after its
+	// backoff, which by then may be most of MaxBackoff.
+	readyAtStart int
+	noController bool // the last release failed for want of a controller
 }
 
 // Watcher settles claims; see the package doc.
@@ -224,14 +231,41 @@ func (w *Watcher) due(ws memdb.WatchSet, store *state.StateStore, v *structs.CSI
 		t = &claimTrack{seen: now}
 		w.claims[k] = t
 	}
-	if t.running || now.Before(t.next) {
+	if t.running {
+		return false, nil
+	}
+	ready := readyControllers(ws, store, plugin)
+	if now.Before(t.next) && !(t.noController && ready > t.readyAtStart) {
 		return false, nil
 	}
 	if claim.State == structs.CSIVolumeClaimStateTaken && alloc != nil && node != nil &&
 		node.Status != structs.NodeStatusDown && now.Sub(t.seen) < w.cfg.ClientReleaseGrace {
 		return false, nil // its own client is releasing it
 	}
-	return w.inPlugin[v.PluginID] < w.cfg.PerPlugin, nil
+	if w.inPlugin[v.PluginID] >= w.cfg.PerPlugin {
+		return false, nil
+	}
+	t.readyAtStart = ready
+	return true, nil
+}
+
+// readyControllers counts plugin's healthy controllers on ready nodes: the
+// controllers a release could be sent to.
+func readyControllers(ws memdb.WatchSet, store *state.StateStore, plugin *structs.CSIPlugin) int {
+	if plugin == nil {
+		return 0
+	}
+	n := 0
+	for nodeID, info := range plugin.Controllers {
+		if info == nil || !info.Healthy {
+			continue
+		}
+		node, err := store.NodeByID(ws, nodeID)
+		if err == nil && node != nil && node.Status == structs.NodeStatusReady {
+			n++
+		}
+	}
+	return n
 }
 
 // start runs one release in its own goroutine.
@@ -264,6 +298,7 @@ func (w *Watcher) finish(k claimKey, pluginID string, from structs.CSIClaimState
 	}
 	t := w.claims[k]
 	t.running = false
+	t.noController = errors.Is(err, structs.ErrCSIControllerUnavailable)
 	switch {
 	case err == nil:
 		t.backoff, t.next = 0, time.Time{}

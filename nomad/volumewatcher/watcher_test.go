@@ -281,3 +281,52 @@ func TestConfig_Validate(t *testing.T) {
 		})
 	}
 }
+
+// A release that failed for want of a controller is tried again as soon as
+// a controller is ready, not after its backoff: after a partition heals,
+// the claims it held settle at once.
+func TestWatcher_RetriesWhenAControllerComesBack(t *testing.T) {
+	w := newWorld(t)
+	r := newFakeReleaser()
+	r.fail["v1"] = fmt.Errorf("controller unpublish: %w", structs.ErrCSIControllerUnavailable)
+	w.claimed(t, "v1", "p", structs.AllocClientStatusComplete)
+	cfg := DefaultConfig()
+	cfg.State = func() *state.StateStore { return w.store }
+	cfg.Releaser = r
+	cfg.Interval = 50 * time.Millisecond
+	cfg.MaxBackoff = time.Hour
+	wt, err := New(cfg)
+	must.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		wt.Run(ctx)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	// Backoff 50ms, 100ms, ... doubles: after a few tries the next one is
+	// far off.
+	waitFor(t, "three tries", func() bool { return r.finishedCount("v1") >= 3 })
+	wt.mu.Lock()
+	next := wt.claims[claimKey{"v1", "alloc-v1"}].next
+	wt.mu.Unlock()
+	must.Greater(t, 150*time.Millisecond, time.Until(next), must.Sprint("backoff should have grown"))
+	before := r.startedCount("v1")
+
+	// A healthy controller on the ready node: the release is tried again
+	// without waiting out the backoff.
+	r.mu.Lock()
+	r.fail["v1"] = nil
+	r.mu.Unlock()
+	n := w.node.Copy()
+	n.CSIControllerPlugins = map[string]*structs.CSIInfo{"p": {PluginID: "p", Healthy: true, RequiresControllerPlugin: true}}
+	must.NoError(t, w.store.UpsertNode(w.next(), n))
+	waitFor(t, "a retry once the controller is ready", func() bool { return r.startedCount("v1") > before })
+	wt.mu.Lock()
+	stillWaiting := time.Now().Before(next)
+	wt.mu.Unlock()
+	must.True(t, stillWaiting, must.Sprint("the retry came only after the backoff ended"))
+}

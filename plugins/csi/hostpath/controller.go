@@ -309,6 +309,9 @@ func (s *controllerServer) ControllerPublishVolume(ctx context.Context, req *csi
 	if err := delay(ctx, s.p.cfg.PublishLatency); err != nil {
 		return nil, err
 	}
+	if err := s.p.hangIfFaulted(ctx, FaultHangControllerPublish, "ControllerPublishVolume", "volume_id", volID, "node_id", nodeID); err != nil {
+		return nil, err
+	}
 	mode := req.GetVolumeCapability().GetAccessMode().GetMode()
 	var device string
 	attached := false

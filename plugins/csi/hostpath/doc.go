@@ -133,6 +133,10 @@
 //
 //	fault-hang-node-unpublish            every instance on the state dir
 //	fault-hang-node-unpublish-<node-id>  that instance only (checked first)
+//	fault-hang-controller-publish[-<node-id>]  the same for
+//	                         ControllerPublishVolume: it hangs after its
+//	                         latency, counted in flight at the provider, as a
+//	                         provider call stuck on the far side
 //
 // While the file is there, NodeUnpublishVolume validates its request and
 // then hangs, before it touches the state, so other calls, for the same

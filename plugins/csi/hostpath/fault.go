@@ -19,6 +19,12 @@ import (
 // one instance only.
 const FaultHangNodeUnpublish = "fault-hang-node-unpublish"
 
+// FaultHangControllerPublish names the fault file that makes
+// ControllerPublishVolume hang once its latency has passed, with the call
+// counted in flight at the provider, as a provider API call stuck on its
+// far side. Placed like FaultHangNodeUnpublish.
+const FaultHangControllerPublish = "fault-hang-controller-publish"
+
 // Contents of a hang fault file: how a hung call ends besides the fault
 // being switched off or the plugin stopping.
 const (
