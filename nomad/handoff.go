@@ -49,18 +49,23 @@ func (s *Server) handoff(ctx context.Context, peerID, peerAddr string, resume bo
 	// around them, up to their Raft checkpoint. A checkpoint left for after
 	// the transfer would be refused, and the next leader would redo a
 	// publish that already happened.
+	clock := newStepClock(handoffGauge, start)
 	lanes := s.revokeLeadership()
+	clock.step(stepRevoke)
 	s.drainInFlight(ctx, start, lanes)
+	clock.step(stepDrain)
 	// Followers learn of the last write now rather than at the next
 	// heartbeat, so the new leader's leaderless gap starts when this
 	// leader stopped, not up to a heartbeat earlier.
 	if err := s.waitFuture(s.raft.Barrier(s.config.RPCHoldTimeout)); err != nil {
 		s.logger.Warn("barrier before transfer failed", "error", err)
 	}
+	clock.step(stepBarrier)
 
 	tctx, cancel := context.WithTimeout(ctx, s.config.RPCHoldTimeout)
 	defer cancel()
 	id, addr, err = s.transferLeadership(tctx, target)
+	clock.step(stepTransfer)
 	if err != nil {
 		err = fmt.Errorf("leadership handoff: %w", err)
 		if resume && s.IsLeader() {
@@ -71,6 +76,9 @@ func (s *Server) handoff(ctx context.Context, peerID, peerAddr string, resume bo
 		return "", "", err
 	}
 	metrics.MeasureSince([]string{"leader", "handoff", "total"}, start)
+	setMillis(handoffGauge(stepTotal), time.Since(start))
+	// Last, so that whoever sees the count move reads this handoff's gauges.
+	metrics.IncrCounter(metricHandoffDone, 1)
 	s.logger.Info("leadership handed over", "new_leader_id", id, "new_leader_addr", addr, "took", time.Since(start))
 	return id, addr, nil
 }
