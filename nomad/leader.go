@@ -196,6 +196,11 @@ func (s *Server) finishTakeover(ctx context.Context, opened time.Time) {
 	}
 	// leaderWG counts this goroutine, so adding to it here cannot race
 	// revokeLeadership's Wait.
+	s.leaderWG.Add(1)
+	go func() {
+		defer s.leaderWG.Done()
+		s.runPlanApplier(ctx)
+	}()
 	for range schedulerWorkers {
 		s.leaderWG.Add(1)
 		go func() {

@@ -76,9 +76,11 @@ type Server struct {
 	claims claimsInFlight
 	// forwarding counts writes being held for a leader or forwarded.
 	forwarding inFlight
-	// planMu makes the leader apply one plan at a time, so each plan's
-	// re-check sees every earlier plan's placements.
-	planMu sync.Mutex
+	// plans carries the workers' plans to the one goroutine that applies
+	// them (runPlanApplier), one at a time, so each plan's re-check sees
+	// every earlier plan's placements without a lock held across the
+	// Raft apply.
+	plans chan *pendingPlan
 
 	// leaderMu guards the leader's duties: their context is cancelled and
 	// their goroutines waited for when leadership is lost.
@@ -175,6 +177,7 @@ func NewServer(config *Config) (*Server, error) {
 	s.members = newMemberList(s.selfMember(), config.MemberFailAfter)
 	s.heartbeats = newHeartbeater(s)
 	s.broker = newEvalBroker()
+	s.plans = make(chan *pendingPlan)
 
 	fsm, err := NewFSM(config.Logger)
 	if err != nil {
