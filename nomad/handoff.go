@@ -28,8 +28,10 @@ import (
 func (s *Server) handoff(ctx context.Context, peerID, peerAddr string, resume bool) (id, addr string, err error) {
 	// A second handoff (a signal during the operator's) waits for the
 	// first, then finds this server a follower.
-	s.handoffMu.Lock()
-	defer s.handoffMu.Unlock()
+	if err := s.claimHandoff(ctx); err != nil {
+		return "", "", err
+	}
+	defer s.releaseHandoff()
 	if !s.IsLeader() {
 		return "", "", structs.ErrNoLeader
 	}
@@ -81,6 +83,35 @@ func (s *Server) handoff(ctx context.Context, peerID, peerAddr string, resume bo
 	metrics.IncrCounter(metricHandoffDone, 1)
 	s.logger.Info("leadership handed over", "new_leader_id", id, "new_leader_addr", addr, "took", time.Since(start))
 	return id, addr, nil
+}
+
+// claimHandoff waits until no other handoff runs, or ctx ends, and marks
+// one as running; releaseHandoff ends it. The mutex is held only to look
+// at and swap the channel, never while waiting or handing over.
+func (s *Server) claimHandoff(ctx context.Context) error {
+	for {
+		s.handoffMu.Lock()
+		running := s.handoffRunning
+		if running == nil {
+			s.handoffRunning = make(chan struct{})
+		}
+		s.handoffMu.Unlock()
+		if running == nil {
+			return nil
+		}
+		select {
+		case <-running:
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for the handoff under way: %w", ctx.Err())
+		}
+	}
+}
+
+func (s *Server) releaseHandoff() {
+	s.handoffMu.Lock()
+	defer s.handoffMu.Unlock()
+	close(s.handoffRunning)
+	s.handoffRunning = nil
 }
 
 // drainInFlight waits, bounded by LeaveDrainTimeout, for the controller

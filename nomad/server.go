@@ -87,10 +87,13 @@ type Server struct {
 	leaderMu     sync.Mutex
 	leaderCancel context.CancelFunc
 	leaderWG     sync.WaitGroup
-	// handoffMu lets one handoff run at a time; handingOff is set while
-	// one runs, so nothing starts the leader's duties again meanwhile.
-	handoffMu  sync.Mutex
-	handingOff atomic.Bool
+	// One handoff runs at a time: handoffMu guards handoffRunning, which
+	// is set while one runs and closed when it ends, and is never held
+	// across a Raft call. handingOff is set while one runs, so nothing
+	// starts the leader's duties again meanwhile.
+	handoffMu      sync.Mutex
+	handoffRunning chan struct{}
+	handingOff     atomic.Bool
 	// reconcileRestored is set by a snapshot restore: the duties that
 	// start next check the provider's attachments against the restored
 	// claims (runRestoreReconcile).
