@@ -20,6 +20,10 @@ import (
 // BenchmarkLeadership_LeaderlessGap measures (default 20).
 const EnvBenchHandoffs = "ROAM_BENCH_HANDOFFS"
 
+// hclogTime is hclog's default timestamp layout (millisecond resolution),
+// for suites that read agents' log timestamps.
+const hclogTime = "2006-01-02T15:04:05.000Z0700"
+
 // handoffSample is one measured change of leader, as the servers' own
 // metrics tell it (nomad/leader_metrics.go).
 type handoffSample struct {
