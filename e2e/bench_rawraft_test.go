@@ -41,8 +41,12 @@ type rawNode struct {
 }
 
 type rawAcquired struct {
-	at  time.Time
-	err error
+	at time.Time
+	// lastContact is when the new leader last heard from the old one, as
+	// Raft reports it on becoming leader: the start of Roam's own
+	// leaderless gap, measured the same way here.
+	lastContact time.Time
+	err         error
 }
 
 // rawFSM applies nothing: the measurement is the engine's.
@@ -142,9 +146,10 @@ func (n *rawNode) watch(notify <-chan bool) {
 			if !isLeader {
 				continue
 			}
+			lastContact := n.r.LastContact()
 			err := n.r.Apply([]byte("first write"), 10*time.Second).Error()
 			select {
-			case n.acquired <- rawAcquired{at: time.Now(), err: err}:
+			case n.acquired <- rawAcquired{at: time.Now(), lastContact: lastContact, err: err}:
 			default: // nobody measures this term
 			}
 		case <-n.stop:
@@ -163,13 +168,20 @@ func rawLeader(nodes []*rawNode) *rawNode {
 	return nil
 }
 
-// measureRawHandoffs makes count leadership transfers on nodes and returns
-// each one's time from LeadershipTransfer to the new leader's first
-// committed write. Between two, it waits until every node has applied the
+// rawHandoff is one measured raw handover.
+type rawHandoff struct {
+	// transfer is from LeadershipTransfer to the new leader's first
+	// committed write; gap from the new leader's last contact with the
+	// old one to that write (Roam's leaderless gap, measured alike).
+	transfer, gap time.Duration
+}
+
+// measureRawHandoffs makes count leadership transfers on nodes and
+// measures each one to the new leader's first committed write. Between two, it waits until every node has applied the
 // new leader's write, so each transfer starts from a settled cluster.
-func measureRawHandoffs(tb testing.TB, nodes []*rawNode, count int) []time.Duration {
+func measureRawHandoffs(tb testing.TB, nodes []*rawNode, count int) []rawHandoff {
 	tb.Helper()
-	var out []time.Duration
+	var out []rawHandoff
 	for i := range count {
 		old := rawLeader(nodes)
 		if old == nil {
@@ -189,7 +201,11 @@ func measureRawHandoffs(tb testing.TB, nodes []*rawNode, count int) []time.Durat
 			if a.err != nil {
 				tb.Fatalf("raw raft: handoff %d: first write: %v", i+1, a.err)
 			}
-			out = append(out, a.at.Sub(start))
+			h := rawHandoff{transfer: a.at.Sub(start), gap: -1}
+			if !a.lastContact.IsZero() {
+				h.gap = a.at.Sub(a.lastContact)
+			}
+			out = append(out, h)
 		case <-time.After(leaderTimeout):
 			tb.Fatalf("raw raft: handoff %d: no write by a new leader after %s", i+1, leaderTimeout)
 		}
