@@ -94,17 +94,26 @@ func holdControllerCall(t *testing.T, leader *Server) (release chan struct{}, fi
 	t.Helper()
 	lanes := leader.lanes.Load()
 	must.NotNil(t, lanes)
-	started := make(chan struct{})
+	started, refused := make(chan struct{}), make(chan error, 1)
 	release, finished = make(chan struct{}), make(chan struct{})
 	go func() {
-		_ = lanes.Do(context.Background(), "hostpath", "publish", func(ctx context.Context) error {
+		err := lanes.Do(context.Background(), "hostpath", "publish", func(ctx context.Context) error {
 			close(started)
 			<-release
 			close(finished)
 			return nil
 		})
+		if err != nil {
+			refused <- err
+		}
 	}()
-	<-started
+	// A lane that refuses the call (leadership moved on a loaded machine)
+	// fails the test rather than hanging it.
+	select {
+	case <-started:
+	case err := <-refused:
+		t.Fatalf("controller call refused before it started: %v", err)
+	}
 	return release, finished
 }
 
