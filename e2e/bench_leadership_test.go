@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"regexp"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -20,43 +20,43 @@ import (
 // BenchmarkLeadership_LeaderlessGap measures (default 20).
 const EnvBenchHandoffs = "ROAM_BENCH_HANDOFFS"
 
-// The new leader's own figure for the gap, logged by reportLeaderlessGap in
-// nomad/leader.go: from the last time it heard from the previous leader to
-// the start of its own duties. hclog writes the duration with String().
-var (
-	dutiesRe   = regexp.MustCompile(`(?m)^(\S+) \[INFO\]\s+.*leader duties started(?:: leaderless_gap=(\S+))?`)
-	acquiredRe = regexp.MustCompile(`(?m)^(\S+) \[INFO\]\s+.*cluster leadership acquired`)
-)
-
-// hclogTime is hclog's default timestamp layout (millisecond resolution).
+// hclogTime is hclog's default timestamp layout (millisecond resolution),
+// for suites that read agents' log timestamps.
 const hclogTime = "2006-01-02T15:04:05.000Z0700"
 
-// handoffSample is one measured change of leader.
+// handoffSample is one measured change of leader, as the servers' own
+// metrics tell it (nomad/leader_metrics.go).
 type handoffSample struct {
 	kind     string // "graceful" (SIGTERM) or "kill9" (SIGKILL)
 	old, new int
-	// gap is the leaderless gap the new leader logged.
+	// gap is the leaderless gap the new leader measured: from the last
+	// contact with the old leader to its own duties open.
 	gap time.Duration
-	// duties is the new leader's "cluster leadership acquired" to "leader
-	// duties started" (barrier plus duty start), from log timestamps, so
-	// only to the millisecond; negative when not found.
-	duties time.Duration
+	// takeover holds the new leader's roam_leader_takeover_*_ms gauges, by
+	// step.
+	takeover map[string]time.Duration
+	// handoff holds, for a graceful stop, the old leader's
+	// roam_leader_handoff_*_ms gauges by step, from the metrics it left
+	// as it exited.
+	handoff map[string]time.Duration
+	// drained is how many controller calls the old leader drained.
+	drained int
 	// seen is from the signal until a surviving server answers
 	// /v1/status/leader with another running server: measured outside.
 	seen time.Duration
-	// toDuties is from the signal to the new leader's "leader duties
-	// started" line (log timestamp); gap - toDuties is how long the new
-	// leader had not heard from the old one when the signal was sent.
-	// Negative when not found.
-	toDuties time.Duration
-	// handover is, for a graceful stop, the old leader's "server shutting
-	// down" to "leadership handed over" (log timestamps); negative if absent.
-	handover time.Duration
 	// exit describes how the old leader's process ended.
 	exit string
 	// note records anything unexpected about this handoff.
 	note string
 }
+
+// The steps of a takeover and a handoff as the benchmark prints them, in
+// the order they happen; the names are those of the gauges.
+var (
+	takeoverSteps = []string{"barrier", "cluster_id", "lanes", "heartbeats", "watcher", "eval_broker", "drainer",
+		"acquired_to_duties", "heartbeat_timers", "eval_restore", "workers", "duties_to_done"}
+	handoffSteps = []string{"revoke", "drain", "barrier", "transfer", "total"}
+)
 
 // BenchmarkLeadership_LeaderlessGap measures, on a three-server cluster of
 // real processes with on-disk Raft, how long the cluster goes without a
@@ -64,7 +64,10 @@ type handoffSample struct {
 // leadership over) and when it is killed (SIGKILL: the others wait out an
 // election timeout). One iteration is the whole measurement: handoffs of
 // each kind, alternating, with the old leader restarted as a follower and
-// the cluster whole again before the next one.
+// the cluster whole again before the next one. Between two rounds, three
+// bare hashicorp/raft nodes in this process, on the same disk, hand
+// leadership over once (bench_rawraft_test.go): the engine's own figure,
+// under the same load, which Roam's graceful handoff is judged against.
 //
 // Run with: go test -tags e2e -run '^$' -bench LeaderlessGap -benchtime 1x ./e2e/
 func BenchmarkLeadership_LeaderlessGap(b *testing.B) {
@@ -76,30 +79,33 @@ func BenchmarkLeadership_LeaderlessGap(b *testing.B) {
 		}
 		n = v
 	}
-	// INFO keeps the logs small enough to reread on every poll; every line
-	// the measurement reads is logged at INFO.
 	c := StartCluster(b, Opts{Servers: 3, LogLevel: "INFO"})
 	waitWhole(b, c, -1)
+	raw := startRawCluster(b, filepath.Join(c.Dir, "raw-raft"))
 
 	var samples []handoffSample
+	var rawTimes []rawHandoff
 	b.ResetTimer()
 	for range b.N {
 		for i := range n {
 			samples = append(samples, measureHandoff(b, c, "graceful", syscall.SIGTERM))
-			b.Logf("graceful %2d/%d: %s", i+1, n, samples[len(samples)-1])
+			fmt.Printf("graceful %2d/%d: %s\n", i+1, n, samples[len(samples)-1])
 			samples = append(samples, measureHandoff(b, c, "kill9", syscall.SIGKILL))
-			b.Logf("kill9    %2d/%d: %s", i+1, n, samples[len(samples)-1])
+			fmt.Printf("kill9    %2d/%d: %s\n", i+1, n, samples[len(samples)-1])
+			rawTimes = append(rawTimes, measureRawHandoffs(b, raw, 1)...)
+			r := rawTimes[len(rawTimes)-1]
+			fmt.Printf("raw raft %2d/%d: transfer->first write %s, last contact->first write %s\n", i+1, n, fmtMS(r.transfer), fmtMS(r.gap))
 		}
 	}
 	b.StopTimer()
-	reportLeaderlessGap(b, samples)
+	reportLeaderlessGap(b, samples, rawTimes)
 }
 
 func (s handoffSample) String() string {
-	out := fmt.Sprintf("server-%d -> server-%d gap=%s acquired->duties=%s signal->duties=%s seen=%s",
-		s.old, s.new, s.gap, s.duties, s.toDuties, s.seen.Round(time.Millisecond))
-	if s.handover >= 0 {
-		out += fmt.Sprintf(" handover=%s", s.handover)
+	out := fmt.Sprintf("server-%d -> server-%d gap=%s seen=%s takeover[%s]",
+		s.old, s.new, fmtMS(s.gap), s.seen.Round(time.Millisecond), fmtSteps(s.takeover, takeoverSteps))
+	if s.handoff != nil {
+		out += fmt.Sprintf(" handoff[%s] drained=%d", fmtSteps(s.handoff, handoffSteps), s.drained)
 	}
 	out += fmt.Sprintf(" exit=%q", s.exit)
 	if s.note != "" {
@@ -108,20 +114,46 @@ func (s handoffSample) String() string {
 	return out
 }
 
+func fmtSteps(m map[string]time.Duration, order []string) string {
+	var parts []string
+	for _, k := range order {
+		if d, ok := m[k]; ok {
+			parts = append(parts, k+"="+fmtMS(d))
+		}
+	}
+	return strings.Join(parts, " ")
+}
+
+// gaugesMS picks the gauges prefix+step+"_ms" out of m.
+func gaugesMS(m map[string]float64, prefix string, steps []string) map[string]time.Duration {
+	out := make(map[string]time.Duration)
+	for _, k := range steps {
+		if v, ok := m[prefix+k+"_ms"]; ok {
+			out[k] = time.Duration(v * float64(time.Millisecond))
+		}
+	}
+	return out
+}
+
 // measureHandoff signals the current leader with sig, waits for another
-// server to lead and log its gap, then restarts the old leader and waits
-// for the cluster to be whole again.
+// server to lead and to finish its takeover, reads the figures from the
+// servers' metrics, then restarts the old leader and waits for the
+// cluster to be whole again.
 func measureHandoff(b *testing.B, c *Cluster, kind string, sig syscall.Signal) handoffSample {
 	b.Helper()
 	old := c.Leader()
-	s := handoffSample{kind: kind, old: old, new: -1, duties: -1, toDuties: -1, handover: -1}
+	s := handoffSample{kind: kind, old: old, new: -1}
 
-	// How many duty lines each other server has logged so far, so only a
-	// line written after the signal counts.
-	before := make(map[int]int)
+	// Each survivor's duty and takeover counts, so only a takeover after
+	// the signal counts.
+	before := make(map[int]map[string]float64)
 	for i, a := range c.Servers {
 		if i != old {
-			before[i] = len(dutiesRe.FindAllStringSubmatch(a.Log(), -1))
+			m, err := promMetrics(a.HTTPAddr())
+			if err != nil {
+				b.Fatalf("metrics of %s: %v", a.Name, err)
+			}
+			before[i] = m
 		}
 	}
 
@@ -130,8 +162,9 @@ func measureHandoff(b *testing.B, c *Cluster, kind string, sig syscall.Signal) h
 		b.Fatalf("signal %s: %v", c.Servers[old].Name, err)
 	}
 	// The outside view: a survivor names another server as leader. Polled
-	// tightly, since this is itself a measurement.
-	if err := pollEvery(settle, 2*time.Millisecond, func() error {
+	// often, since this is itself a measurement, but not so often as to
+	// load the servers being measured.
+	if err := pollEvery(settle, 5*time.Millisecond, func() error {
 		for i, a := range c.Servers {
 			if i == old {
 				continue
@@ -159,8 +192,9 @@ func measureHandoff(b *testing.B, c *Cluster, kind string, sig syscall.Signal) h
 	}
 	s.exit = c.Servers[old].ExitState()
 
-	// The new leader, as the survivors agree on it, and its duty line.
-	var lines [][]string
+	// The new leader, as the survivors agree on it, once it has finished
+	// its takeover (duties open, then the work that follows).
+	var now map[string]float64
 	WaitFor(b, settle, func() error {
 		idx, err := c.LeaderNow()
 		if err != nil {
@@ -169,118 +203,61 @@ func measureHandoff(b *testing.B, c *Cluster, kind string, sig syscall.Signal) h
 		if idx == old {
 			return fmt.Errorf("%s still named leader", c.Servers[old].Name)
 		}
-		all := dutiesRe.FindAllStringSubmatch(c.Servers[idx].Log(), -1)
-		if len(all) <= before[idx] {
-			return fmt.Errorf("new leader %s has not logged its leader duties yet", c.Servers[idx].Name)
+		m, err := promMetrics(c.Servers[idx].HTTPAddr())
+		if err != nil {
+			return err
 		}
-		s.new, lines = idx, all[before[idx]:]
+		if m[metricDutiesStarted] <= before[idx][metricDutiesStarted] {
+			return fmt.Errorf("new leader %s has not opened its duties yet", c.Servers[idx].Name)
+		}
+		if m[metricTakeoverDone] <= before[idx][metricTakeoverDone] {
+			return fmt.Errorf("new leader %s has not finished its takeover yet", c.Servers[idx].Name)
+		}
+		s.new, now = idx, m
 		return nil
 	})
 	var notes []string
-	if len(lines) > 1 {
-		notes = append(notes, fmt.Sprintf("new leader started duties %d times", len(lines)))
+	if k := now[metricDutiesStarted] - before[s.new][metricDutiesStarted]; k > 1 {
+		notes = append(notes, fmt.Sprintf("new leader started duties %.0f times", k))
 	}
 	for i, a := range c.Servers {
 		if i == old || i == s.new {
 			continue
 		}
-		if k := len(dutiesRe.FindAllStringSubmatch(a.Log(), -1)); k > before[i] {
+		if m, err := promMetrics(a.HTTPAddr()); err == nil && m[metricDutiesStarted] > before[i][metricDutiesStarted] {
 			notes = append(notes, fmt.Sprintf("%s also led for a while", a.Name))
 		}
 	}
-	last := lines[len(lines)-1]
-	if last[2] == "" {
-		b.Fatalf("%s: new leader %s logged no leaderless_gap: %q", kind, c.Servers[s.new].Name, last[0])
+	s.takeover = gaugesMS(now, "roam_leader_takeover_", takeoverSteps)
+	gap, ok := now[metricGapMS]
+	if !ok {
+		b.Fatalf("%s: new leader %s published no %s", kind, c.Servers[s.new].Name, metricGapMS)
 	}
-	gap, err := time.ParseDuration(last[2])
-	if err != nil {
-		b.Fatalf("%s: parse leaderless_gap in %q: %v", kind, last[0], err)
-	}
-	s.gap = gap
-	s.duties = acquiredToDuties(c.Servers[s.new].Log(), last[1])
-	if at, err := time.Parse(hclogTime, last[1]); err == nil {
-		s.toDuties = at.Sub(start)
+	s.gap = time.Duration(gap * float64(time.Millisecond))
+	if gap <= 0 {
+		notes = append(notes, fmt.Sprintf("new leader measured no gap; its counters: duties %.0f->%.0f, takeovers %.0f->%.0f",
+			before[s.new][metricDutiesStarted], now[metricDutiesStarted], before[s.new][metricTakeoverDone], now[metricTakeoverDone]))
 	}
 	if sig == syscall.SIGTERM {
-		oldLog := c.Servers[old].Log()
-		s.handover = handoverTime(oldLog, start)
-		if s.handover < 0 {
-			// The agent's directory goes when the benchmark ends: keep
-			// what the old leader said about its handoff.
-			notes = append(notes, "old leader logged no handover:\n"+handoffLines(oldLog, start))
+		m, err := exitMetrics(c.Servers[old])
+		switch {
+		case err != nil:
+			notes = append(notes, err.Error())
+		case m[metricHandoffDone] < 1:
+			notes = append(notes, "old leader completed no handoff")
+		default:
+			s.handoff = gaugesMS(m, "roam_leader_handoff_", handoffSteps)
+			s.drained = int(m[metricDrainedCalls])
 		}
-	}
-	if sig == syscall.SIGTERM && !strings.Contains(s.exit, "exit status 0") {
-		notes = append(notes, "graceful stop did not exit 0")
+		if !strings.Contains(s.exit, "exit status 0") {
+			notes = append(notes, "graceful stop did not exit 0")
+		}
 	}
 	s.note = strings.Join(notes, "; ")
 
 	c.RestartServer(old)
 	waitWhole(b, c, old)
 	return s
-}
-
-// acquiredToDuties returns the time between the last "cluster leadership
-// acquired" line at or before dutiesAt and dutiesAt, -1 if not found.
-func acquiredToDuties(log, dutiesAt string) time.Duration {
-	end, err := time.Parse(hclogTime, dutiesAt)
-	if err != nil {
-		return -1
-	}
-	got := time.Duration(-1)
-	for _, m := range acquiredRe.FindAllStringSubmatch(log, -1) {
-		t, err := time.Parse(hclogTime, m[1])
-		if err != nil || t.After(end) {
-			continue
-		}
-		got = end.Sub(t)
-	}
-	return got
-}
-
-// handoverTime returns, from the first "server shutting down" line logged
-// at or after since, the time until the next "leadership handed over" line;
-// -1 if either is missing. Timestamps are to the millisecond, so since is
-// truncated likewise.
-func handoverTime(log string, since time.Time) time.Duration {
-	since = since.Truncate(time.Millisecond)
-	var down time.Time
-	for _, line := range strings.Split(log, "\n") {
-		ts, _, ok := strings.Cut(line, " ")
-		if !ok {
-			continue
-		}
-		t, err := time.Parse(hclogTime, ts)
-		if err != nil || t.Before(since) {
-			continue
-		}
-		switch {
-		case down.IsZero() && strings.Contains(line, "server shutting down"):
-			down = t
-		case !down.IsZero() && strings.Contains(line, "leadership handed over"):
-			return t.Sub(down)
-		}
-	}
-	return -1
-}
-
-// handoffLines returns the old leader's warnings, errors and leadership
-// lines logged at or after since.
-func handoffLines(log string, since time.Time) string {
-	since = since.Truncate(time.Millisecond)
-	var out []string
-	for _, line := range strings.Split(log, "\n") {
-		ts, _, _ := strings.Cut(line, " ")
-		t, err := time.Parse(hclogTime, ts)
-		if err != nil || t.Before(since) {
-			continue
-		}
-		if strings.Contains(line, "[WARN]") || strings.Contains(line, "[ERROR]") ||
-			strings.Contains(line, "leader") || strings.Contains(line, "shutting down") {
-			out = append(out, "    "+line)
-		}
-	}
-	return strings.Join(out, "\n")
 }
 
 // waitWhole waits until every server runs, agrees on one leader (not
@@ -312,14 +289,15 @@ func waitWhole(b *testing.B, c *Cluster, notLeader int) {
 }
 
 // reportLeaderlessGap reports the percentiles as benchmark metrics and logs
-// a summary table.
-func reportLeaderlessGap(b *testing.B, samples []handoffSample) {
+// a summary table: Roam's gaps, each step of its takeover and handoff, and
+// the raw engine's handovers measured in the same run.
+func reportLeaderlessGap(b *testing.B, samples []handoffSample, raw []rawHandoff) {
 	b.Helper()
-	pick := func(kind string, f func(handoffSample) time.Duration) []time.Duration {
+	pick := func(kind string, f func(handoffSample) (time.Duration, bool)) []time.Duration {
 		var out []time.Duration
 		for _, s := range samples {
 			if s.kind == kind {
-				if d := f(s); d >= 0 {
+				if d, ok := f(s); ok {
 					out = append(out, d)
 				}
 			}
@@ -327,71 +305,92 @@ func reportLeaderlessGap(b *testing.B, samples []handoffSample) {
 		slices.Sort(out)
 		return out
 	}
-	gap := func(s handoffSample) time.Duration { return s.gap }
-	duties := func(s handoffSample) time.Duration { return s.duties }
-	seen := func(s handoffSample) time.Duration { return s.seen }
-	toDuties := func(s handoffSample) time.Duration { return s.toDuties }
-	preSignal := func(s handoffSample) time.Duration {
-		if s.toDuties < 0 {
-			return -1
+	gap := func(s handoffSample) (time.Duration, bool) { return s.gap, true }
+	seen := func(s handoffSample) (time.Duration, bool) { return s.seen, true }
+	step := func(m func(handoffSample) map[string]time.Duration, k string) func(handoffSample) (time.Duration, bool) {
+		return func(s handoffSample) (time.Duration, bool) {
+			d, ok := m(s)[k]
+			return d, ok
 		}
-		return max(0, s.gap-s.toDuties)
 	}
-	handover := func(s handoffSample) time.Duration { return s.handover }
+	takeover := func(s handoffSample) map[string]time.Duration { return s.takeover }
+	handoff := func(s handoffSample) map[string]time.Duration { return s.handoff }
 
 	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 	g, k := pick("graceful", gap), pick("kill9", gap)
+	var r, rgap []time.Duration
+	for _, h := range raw {
+		r = append(r, h.transfer)
+		if h.gap >= 0 {
+			rgap = append(rgap, h.gap)
+		}
+	}
+	slices.Sort(r)
+	slices.Sort(rgap)
 	gp50, gp99 := percentile(g, 50), percentile(g, 99)
 	kp50, kp99 := percentile(k, 50), percentile(k, 99)
-	ratio := math.NaN()
+	rp50, rp99 := percentile(r, 50), percentile(r, 99)
+	killRatio, rawRatio := math.NaN(), math.NaN()
 	if gp99 > 0 {
-		ratio = float64(kp50) / float64(gp99)
+		killRatio = float64(kp50) / float64(gp99)
+	}
+	if rp99 > 0 {
+		rawRatio = float64(gp99) / float64(rp99)
 	}
 	b.ReportMetric(ms(gp50), "graceful_p50_ms")
 	b.ReportMetric(ms(gp99), "graceful_p99_ms")
 	b.ReportMetric(ms(kp50), "kill9_p50_ms")
 	b.ReportMetric(ms(kp99), "kill9_p99_ms")
-	b.ReportMetric(ratio, "ratio")
+	b.ReportMetric(ms(rp50), "raw_p50_ms")
+	b.ReportMetric(ms(rp99), "raw_p99_ms")
+	b.ReportMetric(killRatio, "kill9_p50/graceful_p99")
+	b.ReportMetric(rawRatio, "graceful_p99/raw_p99")
 
 	var t strings.Builder
-	fmt.Fprintf(&t, "leaderless gap over %d graceful and %d kill -9 handoffs (3 servers, raft-wal on disk)\n", len(g), len(k))
-	fmt.Fprintf(&t, "%-9s %-30s %5s %9s %9s %9s %9s %9s\n", "kind", "figure", "n", "min", "p50", "p90", "p99", "max")
+	fmt.Fprintf(&t, "leaderless gap over %d graceful and %d kill -9 handoffs (3 servers, raft-wal on disk), "+
+		"and %d raw hashicorp/raft handoffs in this process on the same disk\n", len(g), len(k), len(r))
+	fmt.Fprintf(&t, "%-9s %-34s %5s %9s %9s %9s %9s %9s\n", "kind", "figure (from the servers' metrics)", "n", "min", "p50", "p90", "p99", "max")
+	row := func(kind, name string, d []time.Duration) {
+		if len(d) == 0 {
+			return
+		}
+		fmt.Fprintf(&t, "%-9s %-34s %5d %9s %9s %9s %9s %9s\n", kind, name, len(d),
+			fmtMS(percentile(d, 0)), fmtMS(percentile(d, 50)), fmtMS(percentile(d, 90)),
+			fmtMS(percentile(d, 99)), fmtMS(percentile(d, 100)))
+	}
+	row("raw", "transfer->first write committed", r)
+	row("raw", "last contact->first write", rgap)
 	for _, kind := range []string{"graceful", "kill9"} {
-		for _, f := range []struct {
-			name string
-			get  func(handoffSample) time.Duration
-		}{
-			{"leaderless_gap (log)", gap},
-			{"  last contact->signal", preSignal},
-			{"  signal->duties (log ts)", toDuties},
-			{"  acquired->duties (log ts)", duties},
-			{"old: shutting down->handed", handover},
-			{"signal->leader seen (http)", seen},
-		} {
-			d := pick(kind, f.get)
-			if len(d) == 0 {
-				continue
-			}
-			fmt.Fprintf(&t, "%-9s %-30s %5d %9s %9s %9s %9s %9s\n", kind, f.name, len(d),
-				fmtMS(percentile(d, 0)), fmtMS(percentile(d, 50)), fmtMS(percentile(d, 90)),
-				fmtMS(percentile(d, 99)), fmtMS(percentile(d, 100)))
+		row(kind, "leaderless_gap", pick(kind, gap))
+		row(kind, "signal->leader seen (http)", pick(kind, seen))
+		for _, st := range handoffSteps {
+			row(kind, "old: handoff "+st, pick(kind, step(handoff, st)))
+		}
+		for _, st := range takeoverSteps {
+			row(kind, "new: takeover "+st, pick(kind, step(takeover, st)))
 		}
 	}
-	fmt.Fprintf(&t, "ratio kill9_p50 / graceful_p99 = %.1f (target >= 10)\n", ratio)
-	fmt.Fprintf(&t, "graceful p99 %s (target < 100ms): %s\n", fmtMS(gp99), verdict(gp99 < 100*time.Millisecond && ratio >= 10))
+	fmt.Fprintf(&t, "ratio graceful_p99 / raw_p99 = %.2f (target <= 1.2): %s\n", rawRatio, verdict(rawRatio <= 1.2))
+	if rp50 > 0 {
+		// Less at the mercy of one slow handoff on a loaded machine.
+		fmt.Fprintf(&t, "ratio graceful_p50 / raw_p50 = %.2f\n", float64(gp50)/float64(rp50))
+	}
+	fmt.Fprintf(&t, "ratio kill9_p50 / graceful_p99 = %.1f (target >= 100): %s\n", killRatio, verdict(killRatio >= 100))
 	for _, s := range samples {
 		if s.note != "" {
 			fmt.Fprintf(&t, "anomaly: %s %s\n", s.kind, s)
 		}
 	}
-	b.Logf("\n%s", t.String())
+	// Straight to stdout: a benchmark's log is cut to its first lines
+	// unless run with -v, and this table is what the run is for.
+	fmt.Printf("--- %s summary\n%s", b.Name(), t.String())
 }
 
 func verdict(ok bool) string {
 	if ok {
-		return "targets met"
+		return "met"
 	}
-	return "TARGETS MISSED"
+	return "MISSED"
 }
 
 // percentile returns the nearest-rank p-th percentile of sorted (p = 0 is

@@ -5,11 +5,13 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -23,23 +25,105 @@ import (
 // them, and a check that claims, allocations and the plugins' attachments
 // agree once the cluster has settled.
 
-// dutiesLine is what a server logs once it has become leader and started
-// the leader's duties (heartbeat timers, volume watcher, lanes, workers).
-const dutiesLine = "leader duties started"
+// Metrics a server publishes about changes of leader (nomad/leader_metrics.go),
+// as their Prometheus names.
+const (
+	// metricDutiesStarted counts the times the server's current process
+	// opened its leader duties (lanes, claims, heartbeats, watcher).
+	metricDutiesStarted = "roam_leader_duties_started"
+	// metricGapMS is the leaderless gap the latest new leader measured:
+	// from the last contact with the old leader to its duties open.
+	metricGapMS = "roam_leader_takeover_leaderless_gap_ms"
+	// metricTakeoverDone counts the times the server finished the work a
+	// new leader does once its duties are open.
+	metricTakeoverDone = "roam_leader_takeover_completed"
+	// metricHandoffDone counts the handoffs the server completed; the
+	// roam_leader_handoff_* gauges describe the latest.
+	metricHandoffDone = "roam_leader_handoff_completed"
+	// metricDrainedCalls is how many controller calls the latest handoff
+	// waited for.
+	metricDrainedCalls = "roam_leader_handoff_drained_calls"
+)
 
-var leaderlessGap = regexp.MustCompile(`leaderless_gap=(\S+)`)
+// promMetrics reads an agent's /v1/metrics?format=prometheus as a map from
+// series (name, with its labels if any) to value.
+func promMetrics(base string) (map[string]float64, error) {
+	resp, err := httpClient.Get(base + "/v1/metrics?format=prometheus")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		return nil, fmt.Errorf("GET %s/v1/metrics?format=prometheus: %s", base, resp.Status)
+	}
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, fmt.Errorf("read %s/v1/metrics: %w", base, err)
+	}
+	return parseProm(string(b)), nil
+}
 
-// dutyCounts returns, per server, how often its log (over all its starts)
-// says its leader duties started.
-func (c *Cluster) dutyCounts() []int {
-	out := make([]int, len(c.Servers))
-	for i, s := range c.Servers {
-		out[i] = strings.Count(s.Log(), dutiesLine)
+// exitMetrics reads the metrics an agent left in its data dir as it last
+// stopped (command/agent.ExitMetricsFile).
+func exitMetrics(a *Agent) (map[string]float64, error) {
+	b, err := os.ReadFile(filepath.Join(a.DataDir, "metrics-at-exit.prom"))
+	if err != nil {
+		return nil, fmt.Errorf("%s left no metrics at exit: %w", a.Name, err)
+	}
+	return parseProm(string(b)), nil
+}
+
+// parseProm reads the Prometheus text format: comments skipped, one
+// "series value" per line.
+func parseProm(text string) map[string]float64 {
+	out := make(map[string]float64)
+	for _, l := range strings.Split(text, "\n") {
+		if l == "" || strings.HasPrefix(l, "#") {
+			continue
+		}
+		i := strings.LastIndexByte(l, ' ')
+		if i < 0 {
+			continue
+		}
+		v, err := strconv.ParseFloat(l[i+1:], 64)
+		if err != nil {
+			continue
+		}
+		out[l[:i]] = v
 	}
 	return out
 }
 
-// leaderOnDuty waits for a leader whose log shows its duties started, and
+// dutyCounts returns, per server, how often its current process has opened
+// its leader duties; -1 for a server not running or not answering.
+func (c *Cluster) dutyCounts() []int {
+	out := make([]int, len(c.Servers))
+	for i, s := range c.Servers {
+		out[i] = -1
+		if !s.Running() {
+			continue
+		}
+		if m, err := promMetrics(s.HTTPAddr()); err == nil {
+			out[i] = int(m[metricDutiesStarted])
+		}
+	}
+	return out
+}
+
+// dutiesOpen reports whether server i's current process has opened its
+// leader duties at least once.
+func (c *Cluster) dutiesOpen(i int) error {
+	m, err := promMetrics(c.Servers[i].HTTPAddr())
+	if err != nil {
+		return err
+	}
+	if m[metricDutiesStarted] < 1 {
+		return fmt.Errorf("%s leads but has not started its leader duties", c.Servers[i].Name)
+	}
+	return nil
+}
+
+// leaderOnDuty waits for a leader whose metrics show its duties open, and
 // returns its index: Raft names a leader a moment before its duties run,
 // and a duty count read in that moment would miss the start.
 func (c *Cluster) leaderOnDuty(t *testing.T) int {
@@ -50,20 +134,18 @@ func (c *Cluster) leaderOnDuty(t *testing.T) int {
 		if idx, err = c.LeaderNow(); err != nil {
 			return err
 		}
-		if !strings.Contains(c.Servers[idx].Log(), dutiesLine) {
-			return fmt.Errorf("%s leads but has not started its leader duties", c.Servers[idx].Name)
-		}
-		return nil
+		return c.dutiesOpen(idx)
 	})
 	return idx
 }
 
 // waitNewLeader waits until the running servers agree on a leader other
-// than old whose log shows its duties started more often than before says,
-// and returns its index and the leaderless gap it logged ("" if none).
+// than old whose duty count has moved past before's, and returns its
+// index and the leaderless gap it measured ("" if none).
 func (c *Cluster) waitNewLeader(t *testing.T, old int, before []int) (int, string) {
 	t.Helper()
 	var idx int
+	var m map[string]float64
 	WaitFor(t, leaderTimeout, func() error {
 		var err error
 		idx, err = c.LeaderNow()
@@ -73,21 +155,17 @@ func (c *Cluster) waitNewLeader(t *testing.T, old int, before []int) (int, strin
 		if idx == old {
 			return fmt.Errorf("%s still leads", c.Servers[idx].Name)
 		}
-		if n := strings.Count(c.Servers[idx].Log(), dutiesLine); n <= before[idx] {
+		if m, err = promMetrics(c.Servers[idx].HTTPAddr()); err != nil {
+			return err
+		}
+		if n := int(m[metricDutiesStarted]); n <= before[idx] {
 			return fmt.Errorf("%s leads but has not started its leader duties", c.Servers[idx].Name)
 		}
 		return nil
 	})
 	gap := ""
-	log := c.Servers[idx].Log()
-	if i := strings.LastIndex(log, dutiesLine); i >= 0 {
-		line := log[i:]
-		if j := strings.IndexByte(line, '\n'); j >= 0 {
-			line = line[:j]
-		}
-		if m := leaderlessGap.FindStringSubmatch(line); m != nil {
-			gap = m[1]
-		}
+	if v, ok := m[metricGapMS]; ok && v > 0 {
+		gap = time.Duration(v * float64(time.Millisecond)).Round(10 * time.Microsecond).String()
 	}
 	return idx, gap
 }
@@ -104,8 +182,8 @@ func (c *Cluster) waitRejoined(t *testing.T, i int) int {
 		if err != nil {
 			return err
 		}
-		if !strings.Contains(c.Servers[leader].Log(), dutiesLine) {
-			return fmt.Errorf("%s leads but has never started its duties", c.Servers[leader].Name)
+		if err := c.dutiesOpen(leader); err != nil {
+			return err
 		}
 		return checkRaft(c, c.Servers[i].HTTPAddr(), leader, -1)
 	})

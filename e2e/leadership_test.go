@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -102,10 +101,6 @@ func TestLeadership_SigtermDuringPublish(t *testing.T) {
 	must.Eq(t, 0, cc.totalCalls(t, "ControllerUnpublishVolume"), must.Sprint("ControllerUnpublishVolume calls over all plugins"))
 }
 
-// drainedCalls matches the line a departing leader logs once its in-flight
-// controller calls have finished.
-var drainedCalls = regexp.MustCompile(`in-flight controller calls drained: calls=(\d+)`)
-
 // TestLeadership_OperatorTransferDuringPublish asks the leader to hand over
 // with `roam operator raft transfer-leadership` while a controller publish
 // is in flight. The command returns only once the leader has drained the
@@ -116,15 +111,18 @@ func TestLeadership_OperatorTransferDuringPublish(t *testing.T) {
 	cc := startCSICluster(t, csiOpts{Servers: 3, Clients: 3, PublishLatency: leadPublishLatency})
 	old := cc.Leader()
 	before := cc.dutyCounts()
+	oldBefore, err := promMetrics(cc.Servers[old].HTTPAddr())
+	must.NoError(t, err)
 
 	startPublishing(t, cc)
 	asked := time.Now()
 	out, errOut, code := RunCLIAt(t, cc.Servers[old].HTTPAddr(), "operator", "raft", "transfer-leadership")
 	took := time.Since(asked)
-	// What the logs and the plugins held when the command returned: the
-	// servers and plugins write their logs straight to the files, so a line
-	// logged before the reply was sent is there now.
-	drained := logLines(cc.Servers[old], "in-flight controller calls drained")
+	// What the old leader's metrics and the plugins held when the command
+	// returned: the handoff's figures are set before its reply is sent,
+	// and the plugins write their logs straight to the files.
+	oldAfter, err := promMetrics(cc.Servers[old].HTTPAddr())
+	must.NoError(t, err)
 	var attached []string
 	for _, p := range cc.Plugins {
 		attached = append(attached, logLines(p, "attached volume")...)
@@ -136,10 +134,9 @@ func TestLeadership_OperatorTransferDuringPublish(t *testing.T) {
 	must.Eq(t, 0, code, must.Sprintf("transfer-leadership exited %d: %s%s", code, out, errOut))
 
 	// The command returned after the publish had finished and been drained.
-	must.Len(t, 1, drained, must.Sprint("drain lines in the old leader's log when the command returned"))
-	m := drainedCalls.FindStringSubmatch(drained[0])
-	must.NotNil(t, m, must.Sprintf("drain line without a call count: %s", drained[0]))
-	must.Eq(t, "1", m[1], must.Sprintf("calls drained by the old leader: %s", drained[0]))
+	must.Eq(t, oldBefore[metricHandoffDone]+1, oldAfter[metricHandoffDone],
+		must.Sprint("handoffs the old leader had completed when the command returned"))
+	must.Eq(t, 1, oldAfter[metricDrainedCalls], must.Sprint("calls drained by the old leader"))
 	must.Len(t, 1, attached, must.Sprint("plugin attach lines when the command returned"))
 	must.Eq(t, 1, pubsAtReturn, must.Sprint("ControllerPublishVolume calls when the command returned"))
 
@@ -194,7 +191,9 @@ func TestLeadership_OperatorTransferUnknownPeer(t *testing.T) {
 	leader, err := c.LeaderNow()
 	must.NoError(t, err)
 	must.Eq(t, old, leader, must.Sprintf("leader after the refused transfer is %s, was %s", c.Servers[leader].Name, c.Servers[old].Name))
-	must.SliceEmpty(t, logLines(c.Servers[old], "leadership handoff started"), must.Sprint("the refused transfer started a handoff"))
+	m, err := promMetrics(c.Servers[old].HTTPAddr())
+	must.NoError(t, err)
+	must.Eq(t, 0, m["roam_leader_handoff_started"], must.Sprint("handoffs the refused transfer started"))
 	must.Eq(t, before, c.dutyCounts(), must.Sprint("leader duty starts per server"))
 }
 
@@ -687,6 +686,7 @@ func TestLeadership_RollingRestarts(t *testing.T) {
 	restarts := make(map[string]int)
 	var gaps []string
 	calls := controllerCalls()
+	drained := 0
 	for turn := 0; len(gaps) < rollingHandoffs && ctx.Err() == nil; turn++ {
 		i := turn % len(cc.Servers)
 		leader := cc.Leader()
@@ -713,6 +713,10 @@ func TestLeadership_RollingRestarts(t *testing.T) {
 		code := cc.KillServer(i, syscall.SIGTERM)
 		must.Eq(t, 0, code, must.Sprintf("handoff %d: leader %s exited with code %d after SIGTERM", len(gaps)+1, cc.Servers[i].Name, code))
 		restarts[cc.Servers[i].Name]++
+		m, err := exitMetrics(cc.Servers[i])
+		must.NoError(t, err)
+		must.Eq(t, 1, m[metricHandoffDone], must.Sprintf("handoff %d: handoffs %s completed before it exited", len(gaps)+1, cc.Servers[i].Name))
+		drained += int(m[metricDrainedCalls])
 		next, gap := cc.waitNewLeader(t, i, before)
 		gaps = append(gaps, gap)
 		cc.RestartServer(i)
@@ -730,15 +734,6 @@ func TestLeadership_RollingRestarts(t *testing.T) {
 	}
 	must.Eq(t, rollingHandoffs, len(gaps), must.Sprint("handoffs done"))
 
-	drained := 0
-	for _, s := range cc.Servers {
-		for _, l := range strings.Split(s.Log(), "\n") {
-			if m := regexp.MustCompile(`in-flight controller calls drained: calls=(\d+)`).FindStringSubmatch(l); m != nil {
-				n, _ := strconv.Atoi(m[1])
-				drained += n
-			}
-		}
-	}
 	t.Logf("%d handoffs in %s, server restarts %v, gaps %v; %d controller calls drained by departing leaders",
 		len(gaps), handoffsTook.Round(time.Millisecond), restarts, gaps, drained)
 	for _, ch := range churns {

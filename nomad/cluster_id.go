@@ -34,8 +34,15 @@ func (s *Server) markerClusterID() string {
 	return id
 }
 
+// hasClusterID reports whether the Raft state holds the cluster's ID.
+func (s *Server) hasClusterID() bool {
+	m, err := s.fsm.State().ClusterMetadata(nil)
+	return err == nil && m != nil
+}
+
 // syncClusterID records the FSM's cluster ID in the marker when they
 // differ (first assignment, or a restore of another cluster's snapshot).
+
 func (s *Server) syncClusterID() {
 	m, err := s.fsm.State().ClusterMetadata(nil)
 	if err != nil || m == nil || m.ClusterID == s.markerClusterID() {

@@ -28,8 +28,10 @@ import (
 func (s *Server) handoff(ctx context.Context, peerID, peerAddr string, resume bool) (id, addr string, err error) {
 	// A second handoff (a signal during the operator's) waits for the
 	// first, then finds this server a follower.
-	s.handoffMu.Lock()
-	defer s.handoffMu.Unlock()
+	if err := s.claimHandoff(ctx); err != nil {
+		return "", "", err
+	}
+	defer s.releaseHandoff()
 	if !s.IsLeader() {
 		return "", "", structs.ErrNoLeader
 	}
@@ -49,18 +51,23 @@ func (s *Server) handoff(ctx context.Context, peerID, peerAddr string, resume bo
 	// around them, up to their Raft checkpoint. A checkpoint left for after
 	// the transfer would be refused, and the next leader would redo a
 	// publish that already happened.
+	clock := newStepClock(handoffGauge, start)
 	lanes := s.revokeLeadership()
+	clock.step(stepRevoke)
 	s.drainInFlight(ctx, start, lanes)
+	clock.step(stepDrain)
 	// Followers learn of the last write now rather than at the next
 	// heartbeat, so the new leader's leaderless gap starts when this
 	// leader stopped, not up to a heartbeat earlier.
 	if err := s.waitFuture(s.raft.Barrier(s.config.RPCHoldTimeout)); err != nil {
 		s.logger.Warn("barrier before transfer failed", "error", err)
 	}
+	clock.step(stepBarrier)
 
 	tctx, cancel := context.WithTimeout(ctx, s.config.RPCHoldTimeout)
 	defer cancel()
 	id, addr, err = s.transferLeadership(tctx, target)
+	clock.step(stepTransfer)
 	if err != nil {
 		err = fmt.Errorf("leadership handoff: %w", err)
 		if resume && s.IsLeader() {
@@ -71,8 +78,40 @@ func (s *Server) handoff(ctx context.Context, peerID, peerAddr string, resume bo
 		return "", "", err
 	}
 	metrics.MeasureSince([]string{"leader", "handoff", "total"}, start)
+	setMillis(handoffGauge(stepTotal), time.Since(start))
+	// Last, so that whoever sees the count move reads this handoff's gauges.
+	metrics.IncrCounter(metricHandoffDone, 1)
 	s.logger.Info("leadership handed over", "new_leader_id", id, "new_leader_addr", addr, "took", time.Since(start))
 	return id, addr, nil
+}
+
+// claimHandoff waits until no other handoff runs, or ctx ends, and marks
+// one as running; releaseHandoff ends it. The mutex is held only to look
+// at and swap the channel, never while waiting or handing over.
+func (s *Server) claimHandoff(ctx context.Context) error {
+	for {
+		s.handoffMu.Lock()
+		running := s.handoffRunning
+		if running == nil {
+			s.handoffRunning = make(chan struct{})
+		}
+		s.handoffMu.Unlock()
+		if running == nil {
+			return nil
+		}
+		select {
+		case <-running:
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for the handoff under way: %w", ctx.Err())
+		}
+	}
+}
+
+func (s *Server) releaseHandoff() {
+	s.handoffMu.Lock()
+	defer s.handoffMu.Unlock()
+	close(s.handoffRunning)
+	s.handoffRunning = nil
 }
 
 // drainInFlight waits, bounded by LeaveDrainTimeout, for the controller

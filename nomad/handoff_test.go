@@ -94,17 +94,26 @@ func holdControllerCall(t *testing.T, leader *Server) (release chan struct{}, fi
 	t.Helper()
 	lanes := leader.lanes.Load()
 	must.NotNil(t, lanes)
-	started := make(chan struct{})
+	started, refused := make(chan struct{}), make(chan error, 1)
 	release, finished = make(chan struct{}), make(chan struct{})
 	go func() {
-		_ = lanes.Do(context.Background(), "hostpath", "publish", func(ctx context.Context) error {
+		err := lanes.Do(context.Background(), "hostpath", "publish", func(ctx context.Context) error {
 			close(started)
 			<-release
 			close(finished)
 			return nil
 		})
+		if err != nil {
+			refused <- err
+		}
 	}()
-	<-started
+	// A lane that refuses the call (leadership moved on a loaded machine)
+	// fails the test rather than hanging it.
+	select {
+	case <-started:
+	case err := <-refused:
+		t.Fatalf("controller call refused before it started: %v", err)
+	}
 	return release, finished
 }
 
@@ -307,4 +316,37 @@ func TestHandoff_LoneServerDrainsOnShutdown(t *testing.T) {
 	close(release)
 	<-finished
 	must.NoError(t, <-done)
+}
+
+// One handoff at a time: a second waits for the first (as long as its
+// context allows) instead of running alongside it, and nothing is held
+// while it waits.
+func TestHandoff_OneAtATime(t *testing.T) {
+	s := &Server{}
+	must.NoError(t, s.claimHandoff(context.Background()))
+
+	short, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	t.Cleanup(cancel)
+	err := s.claimHandoff(short)
+	must.ErrorIs(t, err, context.DeadlineExceeded, must.Sprint("a second handoff ran alongside the first"))
+
+	second := make(chan error, 1)
+	go func() { second <- s.claimHandoff(context.Background()) }()
+	select {
+	case err := <-second:
+		t.Fatalf("second handoff started while the first ran: %v", err)
+	default:
+	}
+	// The mutex is free while the second waits.
+	must.True(t, s.handoffMu.TryLock(), must.Sprint("handoffMu held while a handoff waits"))
+	s.handoffMu.Unlock()
+
+	s.releaseHandoff()
+	select {
+	case err := <-second:
+		must.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("second handoff still waiting after the first ended")
+	}
+	s.releaseHandoff()
 }

@@ -24,25 +24,14 @@ type heartbeater struct {
 
 func newHeartbeater(s *Server) *heartbeater { return &heartbeater{srv: s} }
 
-// start arms a timer with the failover TTL for every node not already down,
-// so a client that died while there was no leader is still caught within
-// FailoverHeartbeatTTL + HeartbeatGrace, and starts the loop that marks
-// expired nodes down.
-func (h *heartbeater) start(ctx context.Context, wg *sync.WaitGroup) error {
-	nodes, err := h.srv.State().Nodes(nil)
-	if err != nil {
-		return fmt.Errorf("list nodes: %w", err)
-	}
+// start makes the timers ready for heartbeats (reset) and starts the loop
+// that marks expired nodes down. It reads no state, so it is cheap on a
+// new leader's critical path; armKnown then arms the nodes already known.
+func (h *heartbeater) start(ctx context.Context, wg *sync.WaitGroup) {
 	h.mu.Lock()
-	h.timers = make(map[string]*time.Timer, len(nodes))
+	h.timers = make(map[string]*time.Timer)
 	h.expired = make(chan string, 64)
 	h.ctx = ctx
-	ttl := h.srv.config.FailoverHeartbeatTTL + h.srv.config.HeartbeatGrace
-	for _, n := range nodes {
-		if n.Status != structs.NodeStatusDown {
-			h.armLocked(n.ID, ttl)
-		}
-	}
 	expired := h.expired
 	h.mu.Unlock()
 
@@ -58,6 +47,29 @@ func (h *heartbeater) start(ctx context.Context, wg *sync.WaitGroup) error {
 			}
 		}
 	}()
+}
+
+// armKnown arms a timer with the failover TTL for every node not already
+// down and not already armed by a heartbeat since start, so a client that
+// died while there was no leader is still caught within
+// FailoverHeartbeatTTL + HeartbeatGrace. ctx is the term start was given:
+// once that term has ended it does nothing.
+func (h *heartbeater) armKnown(ctx context.Context) error {
+	nodes, err := h.srv.State().Nodes(nil)
+	if err != nil {
+		return fmt.Errorf("list nodes: %w", err)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.timers == nil || h.ctx != ctx {
+		return nil
+	}
+	ttl := h.srv.config.FailoverHeartbeatTTL + h.srv.config.HeartbeatGrace
+	for _, n := range nodes {
+		if _, ok := h.timers[n.ID]; !ok && n.Status != structs.NodeStatusDown {
+			h.armLocked(n.ID, ttl)
+		}
+	}
 	return nil
 }
 

@@ -461,3 +461,38 @@ func TestHeartbeat_NewLeaderMarksSilentNodeDown(t *testing.T) {
 		wait.Gap(10*time.Millisecond),
 	))
 }
+
+// After the duties open, a new leader arms the failover TTL for every
+// known node, but a node that heartbeated in the meantime keeps the timer
+// its heartbeat set, and a term that has ended arms nothing.
+func TestHeartbeat_ArmKnownAfterDuties(t *testing.T) {
+	s := testServer(t, nil)
+	waitForLeaderDuties(t, s)
+	early, late := testNode("early"), testNode("late")
+	registerNodeRetry(t, s, early)
+	registerNodeRetry(t, s, late)
+
+	h := s.heartbeats
+	timerOf := func(id string) *time.Timer {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		return h.timers[id]
+	}
+	h.mu.Lock()
+	ctx := h.ctx
+	h.mu.Unlock()
+	// late has no timer yet (as if the new leader had not armed it);
+	// early heartbeated, and has its own.
+	h.clear(late.ID)
+	heartbeatTimer := timerOf(early.ID)
+	must.NotNil(t, heartbeatTimer)
+
+	// A term that has ended arms nothing.
+	must.NoError(t, h.armKnown(context.Background()))
+	must.Nil(t, timerOf(late.ID), must.Sprint("a stale term armed a timer"))
+
+	must.NoError(t, h.armKnown(ctx))
+	must.NotNil(t, timerOf(late.ID), must.Sprint("known node left without a timer"))
+	// Pointer identity: time.Timer values compare deeply equal.
+	must.True(t, heartbeatTimer == timerOf(early.ID), must.Sprint("the heartbeat's timer was replaced by the failover TTL"))
+}

@@ -43,15 +43,25 @@ func (s *Server) monitorLeadership() {
 }
 
 // establishLeadership waits until the FSM has applied everything the
-// previous leader committed, then starts the leader's duties under a
+// previous leader committed, then opens the leader's duties under a
 // context that revokeLeadership cancels. newTerm is set when Raft has just
 // made this server leader (and not when duties resume after a failed
 // handoff), which is when a leaderless gap ended. It does nothing while a
 // handoff runs, or once this server no longer leads.
+//
+// Until the duties are open the cluster has no serving leader, so only
+// what callers need goes first, and nothing on that path reads all of the
+// state: one barrier, then the lanes (claims and controller calls), the
+// heartbeat loop, the watcher, the broker and the drainer. Arming a timer
+// for every known node and queueing the pending evaluations again follow
+// in finishTakeover, once callers are served. Each step is a gauge (see
+// leader_metrics.go).
 func (s *Server) establishLeadership(newTerm bool) {
 	// Raft stops updating the last contact once this server campaigns, so
 	// it is the last time the previous leader was heard from.
 	lastContact := s.raft.LastContact()
+	start := time.Now()
+	clock := newStepClock(takeoverGauge, start)
 	s.logger.Info("cluster leadership acquired")
 	if err := s.leaderBarrier(); err != nil {
 		// Without the barrier this leader's view may be stale, and a leader
@@ -61,10 +71,18 @@ func (s *Server) establishLeadership(newTerm bool) {
 		}
 		return
 	}
-	// Before any duty starts, and outside leaderMu: a Raft apply. Once a
-	// leader serves, its cluster has an ID; should this write fail, a
-	// duty below retries it.
-	clusterIDErr := s.writeClusterID()
+	clock.step(stepBarrier)
+	// Before any duty starts, and outside leaderMu. Once a leader serves,
+	// its cluster has an ID: a read, except on a new cluster, where it is
+	// a Raft apply; should that write fail, a duty below retries it.
+	// Recording a known ID in the data dir (a file written and synced)
+	// waits until the duties are open.
+	var clusterIDErr error
+	hasID := s.hasClusterID()
+	if !hasID {
+		clusterIDErr = s.writeClusterID()
+	}
+	clock.step(stepClusterID)
 
 	s.leaderMu.Lock()
 	defer s.leaderMu.Unlock()
@@ -78,7 +96,14 @@ func (s *Server) establishLeadership(newTerm bool) {
 	}
 	ctx, cancel := context.WithCancel(s.shutdownCtx)
 	s.leaderCancel = cancel
-	if clusterIDErr != nil {
+	switch {
+	case hasID:
+		s.leaderWG.Add(1)
+		go func() {
+			defer s.leaderWG.Done()
+			s.syncClusterID()
+		}()
+	case clusterIDErr != nil:
 		s.leaderWG.Add(1)
 		go func() {
 			defer s.leaderWG.Done()
@@ -86,12 +111,10 @@ func (s *Server) establishLeadership(newTerm bool) {
 		}()
 	}
 
-	if err := s.heartbeats.start(ctx, &s.leaderWG); err != nil {
-		// A leader that cannot watch its nodes would never free a dead
-		// node's claims: hand over to one that can.
-		s.stepDown(fmt.Errorf("arm heartbeat timers: %w", err))
-	}
 	s.lanes.Store(newControllerLanes(ctx, csiCallTimeout, s.logger))
+	clock.step(stepLanes)
+	s.heartbeats.start(ctx, &s.leaderWG)
+	clock.step(stepHeartbeats)
 	s.leaderWG.Add(1)
 	go func() {
 		defer s.leaderWG.Done()
@@ -104,26 +127,9 @@ func (s *Server) establishLeadership(newTerm bool) {
 			s.runRestoreReconcile(ctx)
 		}()
 	}
+	clock.step(stepWatcher)
 	s.broker.setEnabled(true)
-	if f := s.config.leaderDutyFault; f != nil {
-		if err := f(); err != nil {
-			s.stepDown(err)
-		}
-	}
-	if err := s.restoreEvals(); err != nil {
-		s.stepDown(fmt.Errorf("queue pending evaluations: %w", err))
-	}
-	// Whatever freed capacity under the previous leader (a volume claim
-	// released just before the change) woke only that leader's broker:
-	// evaluate every blocked evaluation once again.
-	s.broker.unblock()
-	for range schedulerWorkers {
-		s.leaderWG.Add(1)
-		go func() {
-			defer s.leaderWG.Done()
-			s.runWorker(ctx)
-		}()
-	}
+	clock.step(stepBroker)
 	s.leaderWG.Add(1)
 	go func() {
 		defer s.leaderWG.Done()
@@ -134,23 +140,92 @@ func (s *Server) establishLeadership(newTerm bool) {
 		defer s.leaderWG.Done()
 		s.reconcileLoop(ctx)
 	}()
-	if newTerm {
-		s.reportLeaderlessGap(lastContact)
+	clock.step(stepDrainer)
+	if f := s.config.leaderDutyFault; f != nil {
+		if err := f(); err != nil {
+			s.stepDown(err)
+		}
 	}
+	opened := time.Now()
+	setMillis(takeoverGauge(stepDutiesOpen), opened.Sub(start))
+	if newTerm {
+		s.reportLeaderlessGap(lastContact, opened)
+	} else {
+		s.logger.Info("leader duties started")
+	}
+	// Last, so that whoever sees the count move reads this takeover's gauges.
+	metrics.IncrCounter(metricDutiesStarted, 1)
+
+	s.leaderWG.Add(1)
+	go func() {
+		defer s.leaderWG.Done()
+		s.finishTakeover(ctx, opened)
+	}()
+}
+
+// finishTakeover does the part of a takeover that reads all of the state,
+// after the duties are open: it arms the failover TTL for every known node
+// (a client that died while there was no leader still loses its claims in
+// bounded time), queues every pending evaluation again, and then starts the
+// scheduler workers, so an evaluation queued meanwhile is not scheduled
+// twice.
+func (s *Server) finishTakeover(ctx context.Context, opened time.Time) {
+	clock := newStepClock(takeoverGauge, opened)
+	if err := s.heartbeats.armKnown(ctx); err != nil {
+		if ctx.Err() == nil {
+			// A leader that cannot watch its nodes would never free a dead
+			// node's claims: hand over to one that can.
+			s.stepDown(fmt.Errorf("arm heartbeat timers: %w", err))
+		}
+		return
+	}
+	clock.step(stepTimers)
+	if err := s.restoreEvals(); err != nil {
+		if ctx.Err() == nil {
+			s.stepDown(fmt.Errorf("queue pending evaluations: %w", err))
+		}
+		return
+	}
+	// Whatever freed capacity under the previous leader (a volume claim
+	// released just before the change) woke only that leader's broker:
+	// evaluate every blocked evaluation once again.
+	s.broker.unblock()
+	clock.step(stepEvals)
+	if ctx.Err() != nil {
+		return
+	}
+	// leaderWG counts this goroutine, so adding to it here cannot race
+	// revokeLeadership's Wait.
+	s.leaderWG.Add(1)
+	go func() {
+		defer s.leaderWG.Done()
+		s.runPlanApplier(ctx)
+	}()
+	for range schedulerWorkers {
+		s.leaderWG.Add(1)
+		go func() {
+			defer s.leaderWG.Done()
+			s.runWorker(ctx)
+		}()
+	}
+	clock.step(stepWorkers)
+	setMillis(takeoverGauge(stepFinished), time.Since(opened))
+	metrics.IncrCounter(metricTakeoverDone, 1)
 }
 
 // reportLeaderlessGap logs and records how long the cluster went without a
 // leader able to serve: from the last time this server heard from the
 // previous leader until its own duties started. A server that never had a
 // leader before (first bootstrap) has nothing to report.
-func (s *Server) reportLeaderlessGap(lastContact time.Time) {
+func (s *Server) reportLeaderlessGap(lastContact, opened time.Time) {
 	if lastContact.IsZero() {
 		s.logger.Info("leader duties started")
 		return
 	}
-	gap := time.Since(lastContact)
-	s.leadership.leaderGap(s.ID(), s.advertise, gap, time.Now())
+	gap := opened.Sub(lastContact)
+	s.leadership.leaderGap(s.ID(), s.advertise, gap, opened)
 	metrics.AddSample([]string{"leader", "leaderless_gap"}, float32(gap.Seconds()*1000))
+	setMillis(takeoverGauge(stepGap), gap)
 	s.logger.Info("leader duties started", "leaderless_gap", gap)
 }
 

@@ -76,19 +76,24 @@ type Server struct {
 	claims claimsInFlight
 	// forwarding counts writes being held for a leader or forwarded.
 	forwarding inFlight
-	// planMu makes the leader apply one plan at a time, so each plan's
-	// re-check sees every earlier plan's placements.
-	planMu sync.Mutex
+	// plans carries the workers' plans to the one goroutine that applies
+	// them (runPlanApplier), one at a time, so each plan's re-check sees
+	// every earlier plan's placements without a lock held across the
+	// Raft apply.
+	plans chan *pendingPlan
 
 	// leaderMu guards the leader's duties: their context is cancelled and
 	// their goroutines waited for when leadership is lost.
 	leaderMu     sync.Mutex
 	leaderCancel context.CancelFunc
 	leaderWG     sync.WaitGroup
-	// handoffMu lets one handoff run at a time; handingOff is set while
-	// one runs, so nothing starts the leader's duties again meanwhile.
-	handoffMu  sync.Mutex
-	handingOff atomic.Bool
+	// One handoff runs at a time: handoffMu guards handoffRunning, which
+	// is set while one runs and closed when it ends, and is never held
+	// across a Raft call. handingOff is set while one runs, so nothing
+	// starts the leader's duties again meanwhile.
+	handoffMu      sync.Mutex
+	handoffRunning chan struct{}
+	handingOff     atomic.Bool
 	// reconcileRestored is set by a snapshot restore: the duties that
 	// start next check the provider's attachments against the restored
 	// claims (runRestoreReconcile).
@@ -175,6 +180,7 @@ func NewServer(config *Config) (*Server, error) {
 	s.members = newMemberList(s.selfMember(), config.MemberFailAfter)
 	s.heartbeats = newHeartbeater(s)
 	s.broker = newEvalBroker()
+	s.plans = make(chan *pendingPlan)
 
 	fsm, err := NewFSM(config.Logger)
 	if err != nil {

@@ -25,7 +25,7 @@ func (s *Server) runWorker(ctx context.Context) {
 			return
 		}
 		start := time.Now()
-		if err := s.processEval(eval); err != nil {
+		if err := s.processEval(ctx, eval); err != nil {
 			s.logger.Error("evaluation failed", "eval_id", eval.ID, "job_id", eval.JobID, "error", err)
 		}
 		metrics.MeasureSince([]string{"worker", "eval"}, start)
@@ -53,7 +53,7 @@ func (st snapshotState) JobByID(ns, id string) (*structs.Job, error) {
 }
 
 // processEval schedules one evaluation and commits its plan.
-func (s *Server) processEval(eval *structs.Evaluation) error {
+func (s *Server) processEval(ctx context.Context, eval *structs.Evaluation) error {
 	gen := s.broker.unblockGen()
 	snap := s.State().Snapshot()
 	plan, result, err := scheduler.Process(snapshotState{snap}, eval, scheduler.Options{
@@ -72,12 +72,6 @@ func (s *Server) processEval(eval *structs.Evaluation) error {
 		return errors.Join(err, aerr)
 	}
 
-	// Only the leader applies plans, one at a time, so the re-check below
-	// sees every earlier plan's placements.
-	s.planMu.Lock()
-	defer s.planMu.Unlock()
-	req, rejected := s.checkPlan(plan)
-
 	done.Status = structs.EvalStatusComplete
 	done.QueuedAllocations = result.QueuedAllocations
 	done.FailedTGAllocs = result.FailedTGAllocs
@@ -85,27 +79,85 @@ func (s *Server) processEval(eval *structs.Evaluation) error {
 		done.Status = structs.EvalStatusBlocked
 		done.StatusDescription = "some placements found no node; waiting for capacity"
 	}
-	req.Evals = append(req.Evals, done)
-	if f := result.FollowupEval; f != nil {
-		f.CreateTime, f.ModifyTime = now, now
-		req.Evals = append(req.Evals, f)
+	p := &pendingPlan{plan: plan, eval: eval, done: done, followup: result.FollowupEval, now: now,
+		reply: make(chan planResult, 1)}
+	// Only the leader applies plans, one at a time, in runPlanApplier, so
+	// its re-check sees every earlier plan's placements.
+	select {
+	case s.plans <- p:
+	case <-ctx.Done():
+		return fmt.Errorf("apply plan: %w", structs.ErrNoLeader)
 	}
-	if rejected > 0 {
-		// The cluster changed under the scheduler: evaluate again.
-		req.Evals = append(req.Evals, s.newEval(eval.Namespace, eval.JobID, eval.Type, eval.Priority, structs.EvalTriggerQueuedAllocs, ""))
+	var r planResult
+	select {
+	case r = <-p.reply:
+	case <-ctx.Done():
+		// The applier answers every plan it took before it returns, but
+		// this worker's term is over: the outcome is the next leader's
+		// to find in the state.
+		return fmt.Errorf("apply plan: %w", structs.ErrNoLeader)
 	}
-	if _, _, err := s.raftApply(structs.ApplyPlanResultsRequestType, req); err != nil {
-		return fmt.Errorf("apply plan: %w", err)
+	if r.err != nil {
+		return fmt.Errorf("apply plan: %w", r.err)
 	}
 	if done.Status == structs.EvalStatusBlocked {
 		s.broker.block(done, gen)
 	}
-	if len(req.AllocsStopped) > 0 {
+	if r.stopped > 0 {
 		// Stops free capacity for other jobs' blocked evaluations; not for
 		// this job's own, which just saw them and would loop.
 		s.broker.unblock(keyOf(eval))
 	}
 	return nil
+}
+
+// pendingPlan is a worker's plan on its way to the plan applier.
+type pendingPlan struct {
+	plan       *structs.Plan
+	eval, done *structs.Evaluation
+	followup   *structs.Evaluation
+	now        int64
+	reply      chan planResult // buffered: the applier never waits on it
+}
+
+// planResult is the applier's answer: the Raft apply's error, and how
+// many allocations the plan stopped.
+type planResult struct {
+	err     error
+	stopped int
+}
+
+// runPlanApplier applies the workers' plans one at a time until ctx (the
+// leader's term) ends. Owning the queue replaces a mutex that was held
+// across the Raft apply.
+func (s *Server) runPlanApplier(ctx context.Context) {
+	for {
+		select {
+		case p := <-s.plans:
+			p.reply <- s.applyPlan(p)
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// applyPlan re-checks p's placements against the current state and
+// commits what still fits, with the evaluation's outcome, through Raft.
+func (s *Server) applyPlan(p *pendingPlan) planResult {
+	req, rejected := s.checkPlan(p.plan)
+	req.Evals = append(req.Evals, p.done)
+	if f := p.followup; f != nil {
+		f.CreateTime, f.ModifyTime = p.now, p.now
+		req.Evals = append(req.Evals, f)
+	}
+	if rejected > 0 {
+		// The cluster changed under the scheduler: evaluate again.
+		req.Evals = append(req.Evals, s.newEval(p.eval.Namespace, p.eval.JobID, p.eval.Type, p.eval.Priority, structs.EvalTriggerQueuedAllocs, ""))
+	}
+	if _, _, err := s.raftApply(structs.ApplyPlanResultsRequestType, req); err != nil {
+		return planResult{err: err}
+	}
+	return planResult{stopped: len(req.AllocsStopped)}
 }
 
 // checkPlan re-checks, against the current state, that each node can still

@@ -127,7 +127,7 @@ func NewAgent(config *Config, logOutput io.Writer) (a *Agent, err error) {
 
 func (a *Agent) setupMetrics() error {
 	a.metrics = metrics.NewInmemSink(10*time.Second, time.Minute)
-	cfg := metrics.DefaultConfig("roam")
+	cfg := metrics.DefaultConfig(metricsService)
 	cfg.EnableHostname = false
 	cfg.EnableRuntimeMetrics = true
 	sinks := metrics.FanoutSink{a.metrics}
@@ -386,6 +386,11 @@ func (a *Agent) Shutdown(ctx context.Context) error {
 		if a.server != nil {
 			if err := a.server.Shutdown(ctx); err != nil {
 				errs = append(errs, fmt.Errorf("server: %w", err))
+			}
+		}
+		if a.promRegistry != nil && a.config.DataDir != "" && !a.config.DevMode {
+			if err := writeExitMetrics(a.promRegistry, a.config.DataDir); err != nil {
+				errs = append(errs, err)
 			}
 		}
 		if a.tempDir != "" {
