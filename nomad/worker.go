@@ -134,6 +134,12 @@ func (s *Server) runPlanApplier(ctx context.Context) {
 	for {
 		select {
 		case p := <-s.plans:
+			// select picks at random among ready cases: a plan taken
+			// after the term ended is refused, not applied.
+			if ctx.Err() != nil {
+				p.reply <- planResult{err: structs.ErrNoLeader}
+				continue
+			}
 			p.reply <- s.applyPlan(p)
 		case <-ctx.Done():
 			return

@@ -235,6 +235,11 @@ func (w *Watcher) due(ws memdb.WatchSet, store *state.StateStore, v *structs.CSI
 		return false, nil
 	}
 	ready := readyControllers(ws, store, plugin)
+	if t.noController {
+		// A controller's node that went down and came back counts as
+		// one more ready: the low point is what the rise is measured from.
+		t.readyAtStart = min(t.readyAtStart, ready)
+	}
 	if now.Before(t.next) && !(t.noController && ready > t.readyAtStart) {
 		return false, nil
 	}

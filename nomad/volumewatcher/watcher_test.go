@@ -330,3 +330,43 @@ func TestWatcher_RetriesWhenAControllerComesBack(t *testing.T) {
 	wt.mu.Unlock()
 	must.True(t, stillWaiting, must.Sprint("the retry came only after the backoff ended"))
 }
+
+// A release that failed while the controller's node was still listed
+// ready (a partition, before the node is declared down) is tried again
+// when that node comes back, before its backoff ends: the count dropped
+// to 0 and rose to 1, which is a rise although it ends where the release
+// started.
+func TestWatcher_RetriesWhenControllerNodeReturns(t *testing.T) {
+	w := newWorld(t)
+	up := w.node.Copy()
+	up.CSIControllerPlugins = map[string]*structs.CSIInfo{"p": {PluginID: "p", Healthy: true, RequiresControllerPlugin: true}}
+	must.NoError(t, w.store.UpsertNode(w.next(), up))
+	w.claimed(t, "v1", "p", structs.AllocClientStatusComplete)
+	cfg := DefaultConfig()
+	cfg.State = func() *state.StateStore { return w.store }
+	cfg.Releaser = newFakeReleaser()
+	wt, err := New(cfg)
+	must.NoError(t, err)
+
+	// The release started with the node ready, failed for want of a
+	// controller, and backs off for a minute.
+	k := claimKey{"v1", "alloc-v1"}
+	wt.claims[k] = &claimTrack{seen: time.Now().Add(-time.Hour), readyAtStart: 1, noController: true, next: time.Now().Add(time.Minute)}
+	due := func() bool {
+		t.Helper()
+		v, err := w.store.CSIVolumeByID(nil, structs.DefaultNamespace, "v1")
+		must.NoError(t, err)
+		ok, err := wt.due(nil, w.store, v, v.Claims["alloc-v1"], time.Now())
+		must.NoError(t, err)
+		return ok
+	}
+	must.False(t, due(), must.Sprint("retried with the same controller still ready"))
+
+	down := up.Copy()
+	down.Status = structs.NodeStatusDown
+	must.NoError(t, w.store.UpsertNode(w.next(), down))
+	must.False(t, due(), must.Sprint("retried with no controller ready"))
+
+	must.NoError(t, w.store.UpsertNode(w.next(), up.Copy()))
+	must.True(t, due(), must.Sprint("the node came back, and the release waits out its backoff"))
+}
