@@ -105,7 +105,13 @@ func buildRoam() (string, error) {
 	if _, err := os.Stat(gobin); err != nil {
 		gobin = "go"
 	}
-	cmd := exec.Command(gobin, "build", "-o", bin, ".")
+	args := []string{"build", "-o", bin}
+	if os.Getenv(nomadEnvDisableControllerFence) == "1" {
+		// Only a roamfaults build reads the switch that turns the
+		// controller fences off (docs/faults.md).
+		args = append(args, "-tags", "roamfaults")
+	}
+	cmd := exec.Command(gobin, append(args, ".")...)
 	cmd.Dir = root
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("go build roam: %w\n%s", err, out)

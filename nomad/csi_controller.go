@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"iter"
-	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -64,18 +63,14 @@ func pluginControllers(store *state.StateStore, pluginID string) (iter.Seq[*stru
 	return store.CSIControllerCandidates(pluginID)
 }
 
-// EnvDisableControllerFence, set to "1" in a server's environment, turns
-// off both controller fences: the in-memory one after a call of unknown
-// outcome and the one recorded in Raft for a new leader. It exists only so
-// that the e2e partition scenarios can show they catch a missing fence
-// (docs/faults.md); a server that has it logs a warning at its first
-// controller call. Never set it anywhere else.
+// EnvDisableControllerFence names the switch that turns off both
+// controller fences (fence_switch_roamfaults.go). Only a binary built with
+// the roamfaults tag reads it: the e2e partition scenarios build one to
+// show they catch a missing fence (docs/faults.md). A production build
+// cannot turn the fences off.
 const EnvDisableControllerFence = "ROAM_TEST_DISABLE_CONTROLLER_FENCE"
 
-var (
-	controllerFenceDisabled = sync.OnceValue(func() bool { return os.Getenv(EnvDisableControllerFence) == "1" })
-	fenceOffWarning         sync.Once
-)
+var fenceOffWarning sync.Once
 
 // fence pins a plugin's destructive calls to the node where a call's
 // outcome is unknown (the connection to its client was lost mid-call): that
