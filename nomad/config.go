@@ -1,6 +1,7 @@
 package nomad
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -50,8 +51,21 @@ type Config struct {
 	// when it is a loopback address (see netutil.Dialer); empty lets the
 	// kernel pick.
 	DialSource string
-	// Listener, if set, is used instead of binding RPCAddr (tests).
+	// Listener, if set, is used instead of binding RPCAddr: a listener
+	// the caller bound itself, or one on an in-memory network.
 	Listener net.Listener
+	// Dial, if set, opens every outgoing server connection (RPC
+	// forwarding, joins, Raft over the RPC port) instead of a TCP dial
+	// from DialSource. With Listener it puts the server on another
+	// network, such as internal/memnet in unit tests, where links can be
+	// cut. TLS, when on, still wraps what it returns.
+	Dial func(ctx context.Context, addr string) (net.Conn, error)
+	// RaftTransport, if set, carries Raft instead of the RPC port (for
+	// example raft.InmemTransport in unit tests). Its LocalAddr must be
+	// the advertised RPC address, which is the Raft address peers know
+	// this server by. The server closes it on shutdown, and still vets
+	// every RPC that arrives on it.
+	RaftTransport RaftTransport
 
 	// BootstrapExpect is how many servers must know each other before the
 	// cluster bootstraps. 1 bootstraps a single server at once.

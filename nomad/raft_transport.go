@@ -6,7 +6,8 @@ import (
 	"github.com/hashicorp/raft"
 )
 
-// raftTransport is Raft's network transport without pipelined
+// raftTransport is a Raft transport (the network transport, or the
+// in-memory one in unit tests) without pipelined
 // replication, and with every incoming Raft RPC vetted before Raft sees
 // it.
 //
@@ -30,7 +31,7 @@ import (
 // Raft, so a refused AppendEntries neither changes the term nor appends
 // an entry.
 type raftTransport struct {
-	*raft.NetworkTransport
+	RaftTransport
 
 	// vet returns nil for an RPC Raft may see; nil vet lets every RPC
 	// through (unit tests that build a bare transport).
@@ -45,12 +46,24 @@ type raftTransport struct {
 
 var _ raft.WithClose = (*raftTransport)(nil)
 
-func newRaftTransport(t *raft.NetworkTransport, vet func(raft.RPC) error) *raftTransport {
+// RaftTransport is what the server needs of a Raft transport: Raft's
+// network transport in production, raft.InmemTransport in unit tests.
+type RaftTransport interface {
+	raft.Transport
+	raft.WithClose
+}
+
+var (
+	_ RaftTransport = (*raft.NetworkTransport)(nil)
+	_ RaftTransport = (*raft.InmemTransport)(nil)
+)
+
+func newRaftTransport(t RaftTransport, vet func(raft.RPC) error) *raftTransport {
 	return &raftTransport{
-		NetworkTransport: t,
-		vet:              vet,
-		consumeCh:        make(chan raft.RPC),
-		done:             make(chan struct{}),
+		RaftTransport: t,
+		vet:           vet,
+		consumeCh:     make(chan raft.RPC),
+		done:          make(chan struct{}),
 	}
 }
 
@@ -59,11 +72,11 @@ func (t *raftTransport) AppendEntriesPipeline(raft.ServerID, raft.ServerAddress)
 	return nil, raft.ErrPipelineReplicationNotSupported
 }
 
-// Consumer returns the vetted RPCs. The relay from the network transport
+// Consumer returns the vetted RPCs. The relay from the inner transport
 // starts with the first call and stops on Close.
 func (t *raftTransport) Consumer() <-chan raft.RPC {
 	if t.vet == nil {
-		return t.NetworkTransport.Consumer()
+		return t.RaftTransport.Consumer()
 	}
 	t.startOnce.Do(func() {
 		t.wg.Add(1)
@@ -74,7 +87,7 @@ func (t *raftTransport) Consumer() <-chan raft.RPC {
 
 func (t *raftTransport) relay() {
 	defer t.wg.Done()
-	in := t.NetworkTransport.Consumer()
+	in := t.RaftTransport.Consumer()
 	for {
 		select {
 		case rpc := <-in:
@@ -99,10 +112,10 @@ func (t *raftTransport) relay() {
 // higher term is enough to depose a leader.
 func (t *raftTransport) SetHeartbeatHandler(cb func(raft.RPC)) {
 	if t.vet == nil || cb == nil {
-		t.NetworkTransport.SetHeartbeatHandler(cb)
+		t.RaftTransport.SetHeartbeatHandler(cb)
 		return
 	}
-	t.NetworkTransport.SetHeartbeatHandler(func(rpc raft.RPC) {
+	t.RaftTransport.SetHeartbeatHandler(func(rpc raft.RPC) {
 		if err := t.vet(rpc); err != nil {
 			rpc.Respond(nil, err)
 			return
@@ -111,10 +124,10 @@ func (t *raftTransport) SetHeartbeatHandler(cb func(raft.RPC)) {
 	})
 }
 
-// Close stops the relay, then the network transport.
+// Close stops the relay, then the inner transport.
 func (t *raftTransport) Close() error {
 	t.closeOnce.Do(func() { close(t.done) })
-	err := t.NetworkTransport.Close()
+	err := t.RaftTransport.Close()
 	t.wg.Wait()
 	return err
 }
