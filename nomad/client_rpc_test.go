@@ -118,7 +118,7 @@ func TestClientRPC_ForwardedToServerHoldingSession(t *testing.T) {
 }
 
 func TestClientRPC_UnknownNode(t *testing.T) {
-	servers := testCluster(t, 3)
+	servers := testMemCluster(t, 3).servers
 	leader := waitForLeader(t, servers...)
 	var resp structs.ClientStatusPingResponse
 	err := leader.clientRPC(testCtx(t), "00000000-0000-0000-0000-000000000000", "ClientStatus.Ping", &structs.GenericRequest{}, &resp)

@@ -102,7 +102,7 @@ func TestClusterID_RestoredWithSnapshot(t *testing.T) {
 	must.NoError(t, err)
 	must.Eq(t, 1, hdr.Counts["cluster_meta"])
 
-	servers := testCluster(t, 3)
+	servers := testMemCluster(t, 3).servers
 	newID := waitClusterID(t, servers...)
 	must.NotEq(t, oldID, newID)
 	_, err = uploadSnapshot(followers(servers)[0], file)

@@ -75,10 +75,23 @@ func startMemCluster(t testing.TB, n int, fn func(*Config)) *memCluster {
 		}
 		s, err := NewServer(cfg)
 		must.NoError(t, err)
-		t.Cleanup(func() { _ = s.Shutdown(context.Background()) })
+		t.Cleanup(func() { c.shutdown(s) })
 		c.servers = append(c.servers, s)
 	}
 	return c
+}
+
+// shutdown stops s and then unplugs it: a message to a stopped
+// raft.InmemTransport would otherwise wait out the transport's timeout
+// where a TCP peer gets a refused connection at once, and every later
+// shutdown (a leader handing off, say) would pay for it.
+func (c *memCluster) shutdown(s *Server) {
+	_ = s.Shutdown(context.Background())
+	for _, o := range c.servers {
+		if o != s {
+			c.rafts[o.Addr()].Disconnect(raft.ServerAddress(s.Addr()))
+		}
+	}
 }
 
 // Cut stops traffic from one server to another, one way: from's RPC dials
