@@ -1,8 +1,8 @@
 package nomad
 
 import (
-	"context"
 	"bytes"
+	"context"
 	"errors"
 	"io"
 	"net"
