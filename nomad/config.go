@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"testing"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -216,9 +215,17 @@ func DefaultConfig() *Config {
 	}
 }
 
+// TestingT is the part of testing.TB that TestConfig uses. It is spelled
+// out so that this package does not import testing: production code
+// never links it.
+type TestingT interface {
+	Name() string
+	TempDir() string
+}
+
 // TestConfig returns a configuration with fast timers, a temp data dir and
-// a port chosen by the kernel.
-func TestConfig(t testing.TB) *Config {
+// a port chosen by the kernel, for tests (t is normally a testing.TB).
+func TestConfig(t TestingT) *Config {
 	c := DefaultConfig()
 	c.NodeName = t.Name()
 	c.DataDir = t.TempDir()
