@@ -154,7 +154,7 @@ func TestCLI_NodeStatus(t *testing.T) {
 		code, out, errOut := run("node", "status", "-address", addr, "ffffffff-0000")
 		must.EqOp(t, 1, code)
 		must.EqOp(t, "", out)
-		must.StrContains(t, errOut, `No node(s) with prefix or id "ffffffff-0000" found`)
+		must.StrContains(t, errOut, `No node(s) with prefix or ID "ffffffff-0000" found`)
 	})
 
 	t.Run("ambiguous prefix", func(t *testing.T) {
