@@ -102,7 +102,7 @@ func TestClusterID_RestoredWithSnapshot(t *testing.T) {
 	must.NoError(t, err)
 	must.Eq(t, 1, hdr.Counts["cluster_meta"])
 
-	servers := testMemCluster(t, 3).servers
+	servers := testCluster(t, 3)
 	newID := waitClusterID(t, servers...)
 	must.NotEq(t, oldID, newID)
 	_, err = uploadSnapshot(followers(servers)[0], file)

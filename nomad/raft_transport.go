@@ -38,6 +38,13 @@ type raftTransport struct {
 	vet func(raft.RPC) error
 
 	consumeCh chan raft.RPC
+	// hbMu guards heartbeat: Raft's heartbeat handler, which the relay
+	// calls itself for a transport that has no fast path of its own
+	// (raft.InmemTransport), so that a follower's run loop, busy with
+	// entries or starved of CPU, does not delay its answer to a heartbeat
+	// past the leader's lease.
+	hbMu      sync.Mutex
+	heartbeat func(raft.RPC)
 	startOnce sync.Once
 	closeOnce sync.Once
 	done      chan struct{}
@@ -95,6 +102,10 @@ func (t *raftTransport) relay() {
 				rpc.Respond(nil, err)
 				continue
 			}
+			if hb := t.heartbeatHandler(); hb != nil && isHeartbeat(rpc) {
+				hb(rpc)
+				continue
+			}
 			select {
 			case t.consumeCh <- rpc:
 			case <-t.done:
@@ -111,6 +122,13 @@ func (t *raftTransport) relay() {
 // them to Raft on a fast path that skips Consumer, and a heartbeat with a
 // higher term is enough to depose a leader.
 func (t *raftTransport) SetHeartbeatHandler(cb func(raft.RPC)) {
+	if _, inmem := t.RaftTransport.(*raft.InmemTransport); inmem && t.vet != nil {
+		// The relay vets, then calls cb itself.
+		t.hbMu.Lock()
+		t.heartbeat = cb
+		t.hbMu.Unlock()
+		return
+	}
 	if t.vet == nil || cb == nil {
 		t.RaftTransport.SetHeartbeatHandler(cb)
 		return
@@ -130,4 +148,19 @@ func (t *raftTransport) Close() error {
 	err := t.RaftTransport.Close()
 	t.wg.Wait()
 	return err
+}
+
+func (t *raftTransport) heartbeatHandler() func(raft.RPC) {
+	t.hbMu.Lock()
+	defer t.hbMu.Unlock()
+	return t.heartbeat
+}
+
+// isHeartbeat reports whether rpc is a leader's heartbeat: an
+// AppendEntries that carries no entries, no previous entry and no commit
+// index, only the leader's term and identity.
+func isHeartbeat(rpc raft.RPC) bool {
+	req, ok := rpc.Command.(*raft.AppendEntriesRequest)
+	return ok && req.Term != 0 && len(req.Entries) == 0 &&
+		req.PrevLogEntry == 0 && req.PrevLogTerm == 0 && req.LeaderCommitIndex == 0
 }
