@@ -186,3 +186,12 @@ func TestMemCluster_RaftTransportAddressMustMatch(t *testing.T) {
 	_, err = NewServer(cfg)
 	must.ErrorContains(t, err, "is not the advertised rpc address")
 }
+
+// A server whose Raft travels on another transport refuses Raft on its
+// RPC port: nothing there would ever take the connection, and it would
+// stay open and counted against the caller's connections.
+func TestMemCluster_RaftByteRefusedWhenRaftElsewhere(t *testing.T) {
+	c := testMemCluster(t, 1)
+	conn := rawConn(t, c.servers[0], structs.RPCRaft)
+	requireConnClosed(t, conn)
+}
