@@ -15,6 +15,7 @@ import (
 
 	"github.com/roamhq/roam/nomad"
 	"github.com/roamhq/roam/structs"
+	"github.com/roamhq/roam/testutil"
 )
 
 // waitServerAlloc waits until the server holds one allocation of jobID
@@ -53,8 +54,8 @@ func clientStatusIs(status string) func(*structs.Allocation) error {
 // batch job completes with its output in the logs, and a service job runs
 // until it is stopped.
 func TestClient_RunsAllocationsFromServer(t *testing.T) {
-	srv := testServer(t, nil)
-	cfg := testClientConfig(t, srv.Addr())
+	srv := testutil.Server(t, nil)
+	cfg := TestConfig(t, srv.Addr())
 	cfg.ExecutorPath = os.Args[0]
 	c := testClient(t, cfg)
 	waitRegistered(t, c)

@@ -13,102 +13,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
 	memdb "github.com/hashicorp/go-memdb"
 	"github.com/shoenig/test/must"
 	"github.com/shoenig/test/wait"
 
 	"github.com/roamhq/roam/nomad"
 	"github.com/roamhq/roam/structs"
+	"github.com/roamhq/roam/testutil"
 )
-
-// testServer starts one in-process server that bootstraps itself.
-func testServer(t *testing.T, fn func(*nomad.Config)) *nomad.Server {
-	t.Helper()
-	c := nomad.TestConfig(t)
-	if fn != nil {
-		fn(c)
-	}
-	s, err := nomad.NewServer(c)
-	must.NoError(t, err)
-	t.Cleanup(func() { _ = s.Shutdown(context.Background()) })
-	return s
-}
-
-// testCluster starts n servers that find each other through retry_join and
-// bootstrap together, and waits for them to agree on a leader.
-func testCluster(t *testing.T, n int) []*nomad.Server {
-	t.Helper()
-	listeners := make([]net.Listener, n)
-	addrs := make([]string, n)
-	for i := range listeners {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		must.NoError(t, err)
-		listeners[i] = ln
-		addrs[i] = ln.Addr().String()
-	}
-	servers := make([]*nomad.Server, n)
-	for i := range servers {
-		servers[i] = testServer(t, func(c *nomad.Config) {
-			c.NodeName = fmt.Sprintf("%s-%d", c.NodeName, i)
-			c.Listener = listeners[i]
-			c.BootstrapExpect = n
-			c.RetryJoin = addrs
-		})
-	}
-	waitForLeader(t, servers...)
-	return servers
-}
-
-// waitForLeader waits until one of servers leads and all of them agree.
-func waitForLeader(t *testing.T, servers ...*nomad.Server) *nomad.Server {
-	t.Helper()
-	var leader *nomad.Server
-	must.Wait(t, wait.InitialSuccess(
-		wait.ErrorFunc(func() error {
-			leader = nil
-			for _, s := range servers {
-				if s.IsLeader() {
-					if leader != nil {
-						return fmt.Errorf("two leaders: %s and %s", leader.ID(), s.ID())
-					}
-					leader = s
-				}
-			}
-			if leader == nil {
-				return fmt.Errorf("no leader among %d servers", len(servers))
-			}
-			for _, s := range servers {
-				if _, id := s.Leader(); id != leader.ID() {
-					return fmt.Errorf("server %s sees leader %q, want %s", s.ID(), id, leader.ID())
-				}
-			}
-			return nil
-		}),
-		wait.Timeout(10*time.Second),
-		wait.Gap(10*time.Millisecond),
-	))
-	return leader
-}
-
-// testClientConfig returns a client config with fast retry timers and its
-// own data dir, pointed at servers.
-func testClientConfig(t *testing.T, servers ...string) *Config {
-	t.Helper()
-	c := DefaultConfig()
-	c.DataDir = t.TempDir()
-	c.Servers = servers
-	c.RPCRetryTimeout = 10 * time.Second
-	c.MinRetryBackoff = 10 * time.Millisecond
-	c.MaxRetryBackoff = 200 * time.Millisecond
-	c.DialTimeout = time.Second
-	c.Logger = hclog.New(&hclog.LoggerOptions{
-		Name:   t.Name(),
-		Level:  hclog.Warn,
-		Output: hclog.DefaultOutput,
-	})
-	return c
-}
 
 // testClient starts a client on cfg and shuts it down when the test ends
 // (before the servers it talks to, since cleanups run last-in first-out).
@@ -190,8 +102,8 @@ func heartbeatTTL(cfg *nomad.Config) time.Duration {
 }
 
 func TestClient_RegistersWithFingerprint(t *testing.T) {
-	srv := testServer(t, nil)
-	cfg := testClientConfig(t, srv.Addr())
+	srv := testutil.Server(t, nil)
+	cfg := TestConfig(t, srv.Addr())
 	cfg.NodeName = "worker-1"
 	cfg.NodeClass = "gpu"
 	cfg.Meta = map[string]string{"rack": "r1"}
@@ -231,8 +143,8 @@ func TestClient_RegistersWithFingerprint(t *testing.T) {
 }
 
 func TestClient_KeepsHeartbeating(t *testing.T) {
-	srv := testServer(t, nil)
-	c := testClient(t, testClientConfig(t, srv.Addr()))
+	srv := testutil.Server(t, nil)
+	c := testClient(t, TestConfig(t, srv.Addr()))
 	waitRegistered(t, c)
 	waitForNode(t, srv, c.NodeID(), 5*time.Second, "ready", isReady)
 
@@ -254,8 +166,8 @@ func TestClient_FailsOverToLearnedServer(t *testing.T) {
 		{name: "leader", killLeader: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			servers := testCluster(t, 3)
-			leader := waitForLeader(t, servers...)
+			servers := testutil.Cluster(t, 3, nil)
+			leader := testutil.WaitForLeader(t, servers...)
 			target := leader
 			if !tc.killLeader {
 				for _, s := range servers {
@@ -266,7 +178,7 @@ func TestClient_FailsOverToLearnedServer(t *testing.T) {
 				}
 			}
 
-			c := testClient(t, testClientConfig(t, target.Addr()))
+			c := testClient(t, TestConfig(t, target.Addr()))
 			waitRegistered(t, c)
 			waitForNode(t, leader, c.NodeID(), 5*time.Second, "ready", isReady)
 
@@ -289,7 +201,7 @@ func TestClient_FailsOverToLearnedServer(t *testing.T) {
 					rest = append(rest, s)
 				}
 			}
-			newLeader := waitForLeader(t, rest...)
+			newLeader := testutil.WaitForLeader(t, rest...)
 			cfg := newLeader.Config()
 			window := 3 * (heartbeatTTL(cfg) + cfg.HeartbeatGrace)
 
@@ -307,8 +219,8 @@ func TestClient_FailsOverToLearnedServer(t *testing.T) {
 }
 
 func TestClient_ReregistersWhenServerForgetsNode(t *testing.T) {
-	srv := testServer(t, func(c *nomad.Config) { c.OperatorToken = "operator-token" })
-	c := testClient(t, testClientConfig(t, srv.Addr()))
+	srv := testutil.Server(t, func(c *nomad.Config) { c.OperatorToken = "operator-token" })
+	c := testClient(t, TestConfig(t, srv.Addr()))
 	waitRegistered(t, c)
 	before := waitForNode(t, srv, c.NodeID(), 5*time.Second, "ready", isReady)
 
@@ -330,8 +242,8 @@ func TestClient_ReregistersWhenServerForgetsNode(t *testing.T) {
 }
 
 func TestClient_RestartKeepsIdentity(t *testing.T) {
-	srv := testServer(t, nil)
-	cfg := testClientConfig(t, srv.Addr())
+	srv := testutil.Server(t, nil)
+	cfg := TestConfig(t, srv.Addr())
 	first := testClient(t, cfg)
 	waitRegistered(t, first)
 	before := waitForNode(t, srv, first.NodeID(), 5*time.Second, "ready", isReady)
@@ -344,7 +256,7 @@ func TestClient_RestartKeepsIdentity(t *testing.T) {
 		return n != nil && n.Status == structs.NodeStatusDown
 	})
 
-	restartCfg := testClientConfig(t, srv.Addr())
+	restartCfg := TestConfig(t, srv.Addr())
 	restartCfg.DataDir = cfg.DataDir
 	second := testClient(t, restartCfg)
 	must.Eq(t, nodeID, second.NodeID())
@@ -371,7 +283,7 @@ func TestClient_CorruptIdentity(t *testing.T) {
 		{name: "missing secret", contents: `{"NodeID":"4c1b2a52-6d3c-4d5e-9f0a-1b2c3d4e5f60"}`, wantErr: "missing secret ID"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg := testClientConfig(t, "127.0.0.1:1")
+			cfg := TestConfig(t, "127.0.0.1:1")
 			path := filepath.Join(cfg.DataDir, "client", "identity.json")
 			must.NoError(t, os.MkdirAll(filepath.Dir(path), 0o700))
 			must.NoError(t, os.WriteFile(path, []byte(tc.contents), 0o600))
@@ -430,8 +342,8 @@ func TestConfig_Validate(t *testing.T) {
 }
 
 func TestClient_RPCErrors(t *testing.T) {
-	srv := testServer(t, nil)
-	c := testClient(t, testClientConfig(t, srv.Addr()))
+	srv := testutil.Server(t, nil)
+	c := testClient(t, TestConfig(t, srv.Addr()))
 	waitRegistered(t, c)
 
 	// A request for another region is answered, not retried.
@@ -460,7 +372,7 @@ func TestClient_RPCGivesUpWithoutServers(t *testing.T) {
 	addr := ln.Addr().String()
 	must.NoError(t, ln.Close())
 
-	cfg := testClientConfig(t, addr)
+	cfg := TestConfig(t, addr)
 	cfg.RPCRetryTimeout = 200 * time.Millisecond
 	c := testClient(t, cfg)
 

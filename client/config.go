@@ -167,6 +167,32 @@ func DefaultConfig() *Config {
 	}
 }
 
+// TestingT is the part of testing.TB that TestConfig uses, spelled out so
+// that this package does not import testing.
+type TestingT interface {
+	Name() string
+	TempDir() string
+}
+
+// TestConfig returns a client configuration for tests: its own temp data
+// dir, fast retries, warnings logged under the test's name, pointed at
+// servers (RPC addresses).
+func TestConfig(t TestingT, servers ...string) *Config {
+	c := DefaultConfig()
+	c.DataDir = t.TempDir()
+	c.Servers = servers
+	c.RPCRetryTimeout = 10 * time.Second
+	c.MinRetryBackoff = 10 * time.Millisecond
+	c.MaxRetryBackoff = 200 * time.Millisecond
+	c.DialTimeout = time.Second
+	c.Logger = hclog.New(&hclog.LoggerOptions{
+		Name:   t.Name(),
+		Level:  hclog.Warn,
+		Output: hclog.DefaultOutput,
+	})
+	return c
+}
+
 // Validate names the first bad value.
 func (c *Config) Validate() error {
 	switch {

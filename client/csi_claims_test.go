@@ -22,6 +22,7 @@ import (
 
 	"github.com/roamhq/roam/plugins/csi/hostpath"
 	"github.com/roamhq/roam/structs"
+	"github.com/roamhq/roam/testutil"
 )
 
 func TestCSIClaimRequest(t *testing.T) {
@@ -78,11 +79,11 @@ func TestCSIClaimError_NamesTheCause(t *testing.T) {
 // requests a CSI volume writes through the task's volume_mount into the
 // volume; afterwards the claim is freed and the controller detached once.
 func TestClient_CSIVolumeClaimedMountedAndReleased(t *testing.T) {
-	srv := testServer(t, nil)
+	srv := testutil.Server(t, nil)
 	stateDir := t.TempDir()
 	plugin := testHostpath(t, hostpath.ModeMonolith, "node-a", stateDir, nil)
 
-	cfg := testClientConfig(t, srv.Addr())
+	cfg := TestConfig(t, srv.Addr())
 	cfg.ExecutorPath = os.Args[0]
 	// The client's own release must free the claim, not the servers'
 	// volume watcher settling after a failed one: record client errors.

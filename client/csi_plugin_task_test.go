@@ -10,6 +10,7 @@ import (
 	"github.com/shoenig/test/must"
 
 	"github.com/roamhq/roam/structs"
+	"github.com/roamhq/roam/testutil"
 )
 
 func TestCSIPluginSocket(t *testing.T) {
@@ -41,8 +42,8 @@ func TestCSIPluginSocket(t *testing.T) {
 // test binary serves the hostpath plugin): the node reports it healthy to
 // a real server, and once the job stops the node no longer reports it.
 func TestClient_CSIPluginTask(t *testing.T) {
-	srv := testServer(t, nil)
-	cfg := testClientConfig(t, srv.Addr())
+	srv := testutil.Server(t, nil)
+	cfg := TestConfig(t, srv.Addr())
 	cfg.ExecutorPath = os.Args[0]
 	cfg.CSIFingerprintInterval = 100 * time.Millisecond
 	c := testClient(t, cfg)

@@ -64,7 +64,7 @@ func requireSameMeaning(t *testing.T, sent, got error) {
 // the server opened.
 func TestRPCErrors_ClientHandlerToServer(t *testing.T) {
 	addr, sessions := fakeSessionServer(t)
-	c := testClient(t, testClientConfig(t, addr))
+	c := testClient(t, TestConfig(t, addr))
 	var session *yamux.Session
 	select {
 	case session = <-sessions:

@@ -64,7 +64,7 @@ func (greeter) Hello(args string, reply *string) error { *reply = "hello " + arg
 
 func TestServerRPC_ServesStreamsFromServer(t *testing.T) {
 	addr, sessions := fakeSessionServer(t)
-	c := testClient(t, testClientConfig(t, addr))
+	c := testClient(t, TestConfig(t, addr))
 	var session *yamux.Session
 	select {
 	case session = <-sessions:

@@ -13,16 +13,12 @@ import (
 
 	"github.com/roamhq/roam/api"
 	"github.com/roamhq/roam/command/agent"
+	"github.com/roamhq/roam/testutil"
 )
 
 func newACLTestAgent(t *testing.T) string {
 	t.Helper()
-	logs := &testLogWriter{t: t}
-	t.Cleanup(func() {
-		logs.mu.Lock()
-		logs.done = true
-		logs.mu.Unlock()
-	})
+	logs := testutil.NewLogWriter(t)
 	c := agent.DevConfig()
 	c.Name = strings.ReplaceAll(t.Name(), "/", "-")
 	c.BindAddr = "127.0.0.1"

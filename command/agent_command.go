@@ -82,6 +82,8 @@ func runAgent(args []string, out, errOut io.Writer) int {
 	cfg := agent.DefaultConfig()
 	if dev {
 		cfg = agent.DevConfig()
+		// The roam binary can serve the built-in plugin itself.
+		cfg.DevCSIPlugin = true
 	}
 	for _, path := range configs {
 		fc, err := agent.LoadConfigFile(path)

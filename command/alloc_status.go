@@ -138,23 +138,13 @@ func lookupAlloc(c *api.Client, id string, errOut io.Writer) (*api.Allocation, i
 	if err != nil {
 		return nil, fail(errOut, "looking up allocation", err), false
 	}
-	for _, a := range matches {
-		if a.ID == id {
-			matches = []*api.AllocationListStub{a}
-			break
-		}
-	}
-	switch len(matches) {
-	case 0:
-		fmt.Fprintf(errOut, "No allocation(s) with prefix or id %q found\n", id)
-		return nil, 1, false
-	case 1:
-	default:
-		fmt.Fprintf(errOut, "Prefix %q matched multiple allocations\n\n", id)
-		fmt.Fprint(errOut, allocTable(matches, true))
+	match, ok := pickByPrefix(errOut, "allocation", id, matches,
+		func(a *api.AllocationListStub) string { return a.ID },
+		func(as []*api.AllocationListStub) string { return allocTable(as, true) })
+	if !ok {
 		return nil, 1, false
 	}
-	alloc, _, err := c.Allocations().Info(matches[0].ID, nil)
+	alloc, _, err := c.Allocations().Info(match.ID, nil)
 	if err != nil {
 		return nil, fail(errOut, "reading allocation", err), false
 	}

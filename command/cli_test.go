@@ -6,44 +6,23 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/roamhq/roam/api"
 	"github.com/roamhq/roam/command/agent"
 	"github.com/roamhq/roam/structs"
+	"github.com/roamhq/roam/testutil"
 	"github.com/shoenig/test/must"
 	"github.com/shoenig/test/wait"
 )
-
-// testLogWriter sends agent logs to t.Log until the test's cleanup ends.
-type testLogWriter struct {
-	t    testing.TB
-	mu   sync.Mutex
-	done bool
-}
-
-func (w *testLogWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if !w.done {
-		w.t.Log(strings.TrimRight(string(p), "\n"))
-	}
-	return len(p), nil
-}
 
 // newTestAgent starts a dev agent on 127.0.0.1 with kernel-chosen ports
 // and waits until it leads and its node is ready. It returns the agent's
 // HTTP address for -address.
 func newTestAgent(t *testing.T) (*agent.Agent, string) {
 	t.Helper()
-	logs := &testLogWriter{t: t}
-	t.Cleanup(func() {
-		logs.mu.Lock()
-		logs.done = true
-		logs.mu.Unlock()
-	})
+	logs := testutil.NewLogWriter(t)
 	c := agent.DevConfig()
 	c.Name = strings.ReplaceAll(t.Name(), "/", "-")
 	c.BindAddr = "127.0.0.1"
@@ -175,7 +154,7 @@ func TestCLI_NodeStatus(t *testing.T) {
 		code, out, errOut := run("node", "status", "-address", addr, "ffffffff-0000")
 		must.EqOp(t, 1, code)
 		must.EqOp(t, "", out)
-		must.StrContains(t, errOut, `No node(s) with prefix or id "ffffffff-0000" found`)
+		must.StrContains(t, errOut, `No node(s) with prefix or ID "ffffffff-0000" found`)
 	})
 
 	t.Run("ambiguous prefix", func(t *testing.T) {

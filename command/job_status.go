@@ -28,20 +28,15 @@ func runJobStatus(args []string, out, errOut io.Writer) int {
 	fs, f := newAPIFlagSet("job status", jobStatusUsage, errOut)
 	verbose := fs.Bool("verbose", false, "show full IDs")
 	all := fs.Bool("all-allocs", true, "include allocations that will not run again")
-	pos, code, ok := parseArgs(fs, args)
+	id, hasID, code, ok := parseOptionalID(fs, args, errOut, "<job-id>")
 	if !ok {
 		return code
-	}
-	if len(pos) > 1 {
-		fmt.Fprintln(errOut, "This command takes either no argument or one: <job-id>")
-		fs.Usage()
-		return 1
 	}
 	c, err := f.client()
 	if err != nil {
 		return fail(errOut, "creating API client", err)
 	}
-	if len(pos) == 0 {
+	if !hasID {
 		jobs, _, err := c.Jobs().List(nil)
 		if err != nil {
 			return fail(errOut, "listing jobs", err)
@@ -61,7 +56,7 @@ func runJobStatus(args []string, out, errOut io.Writer) int {
 		return 0
 	}
 
-	jobID, code, ok := resolveJob(c, pos[0], errOut)
+	jobID, code, ok := resolveJob(c, id, errOut)
 	if !ok {
 		return code
 	}
@@ -119,20 +114,19 @@ func resolveJob(c *api.Client, id string, errOut io.Writer) (string, int, bool) 
 	if err != nil {
 		return "", fail(errOut, "looking up job", err), false
 	}
-	switch len(matches) {
-	case 0:
-		fmt.Fprintf(errOut, "No job(s) with prefix or ID %q found\n", id)
+	match, ok := pickByPrefix(errOut, "job", id, matches,
+		func(j *api.JobListStub) string { return j.ID },
+		func(js []*api.JobListStub) string {
+			rows := [][]string{{"ID", "Type", "Status"}}
+			for _, j := range js {
+				rows = append(rows, []string{j.ID, j.Type, j.Status})
+			}
+			return formatColumns(rows)
+		})
+	if !ok {
 		return "", 1, false
-	case 1:
-		return matches[0].ID, 0, true
 	}
-	fmt.Fprintf(errOut, "Prefix %q matched multiple jobs\n\n", id)
-	rows := [][]string{{"ID", "Type", "Status"}}
-	for _, j := range matches {
-		rows = append(rows, []string{j.ID, j.Type, j.Status})
-	}
-	fmt.Fprint(errOut, formatColumns(rows))
-	return "", 1, false
+	return match.ID, 0, true
 }
 
 const jobStopUsage = `Usage: roam job stop [options] <job-id>

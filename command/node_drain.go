@@ -215,21 +215,13 @@ func resolveNode(c *api.Client, id string, errOut io.Writer) (string, int, bool)
 	if err != nil {
 		return "", fail(errOut, "looking up node", err), false
 	}
-	for _, n := range matches {
-		if n.ID == id {
-			return id, 0, true
-		}
-	}
-	switch len(matches) {
-	case 0:
-		fmt.Fprintf(errOut, "No node(s) with prefix or id %q found\n", id)
+	match, ok := pickByPrefix(errOut, "node", id, matches,
+		func(n *api.NodeListStub) string { return n.ID },
+		func(ns []*api.NodeListStub) string { return nodeTable(ns, true) })
+	if !ok {
 		return "", 1, false
-	case 1:
-		return matches[0].ID, 0, true
 	}
-	fmt.Fprintf(errOut, "Prefix %q matched multiple nodes\n\n", id)
-	fmt.Fprint(errOut, nodeTable(matches, true))
-	return "", 1, false
+	return match.ID, 0, true
 }
 
 // confirm asks question and reports whether the answer was yes. No

@@ -26,23 +26,18 @@ const nodeStatusUsage = `Usage: roam node status [options] [node-id]
 func runNodeStatus(args []string, out, errOut io.Writer) int {
 	fs, f := newAPIFlagSet("node status", nodeStatusUsage, errOut)
 	verbose := fs.Bool("verbose", false, "show full IDs and, for one node, its attributes, meta and drivers")
-	pos, code, ok := parseArgs(fs, args)
+	id, hasID, code, ok := parseOptionalID(fs, args, errOut, "<node-id>")
 	if !ok {
 		return code
-	}
-	if len(pos) > 1 {
-		fmt.Fprintln(errOut, "This command takes either no argument or one: <node-id>")
-		fs.Usage()
-		return 1
 	}
 	c, err := f.client()
 	if err != nil {
 		return fail(errOut, "creating API client", err)
 	}
-	if len(pos) == 0 {
+	if !hasID {
 		return listNodes(c, f, *verbose, out, errOut)
 	}
-	return showNode(c, f, pos[0], *verbose, out, errOut)
+	return showNode(c, f, id, *verbose, out, errOut)
 }
 
 func listNodes(c *api.Client, f *apiFlags, verbose bool, out, errOut io.Writer) int {
@@ -89,24 +84,14 @@ func showNode(c *api.Client, f *apiFlags, id string, verbose bool, out, errOut i
 	if err != nil {
 		return fail(errOut, "looking up node", err)
 	}
-	for _, n := range matches {
-		if n.ID == id { // an exact ID wins over longer IDs it prefixes
-			matches = []*api.NodeListStub{n}
-			break
-		}
-	}
-	switch len(matches) {
-	case 0:
-		fmt.Fprintf(errOut, "No node(s) with prefix or id %q found\n", id)
-		return 1
-	case 1:
-	default:
-		fmt.Fprintf(errOut, "Prefix %q matched multiple nodes\n\n", id)
-		fmt.Fprint(errOut, nodeTable(matches, true))
+	match, ok := pickByPrefix(errOut, "node", id, matches,
+		func(n *api.NodeListStub) string { return n.ID },
+		func(ns []*api.NodeListStub) string { return nodeTable(ns, true) })
+	if !ok {
 		return 1
 	}
 
-	node, _, err := c.Nodes().Info(matches[0].ID, nil)
+	node, _, err := c.Nodes().Info(match.ID, nil)
 	if err != nil {
 		return fail(errOut, "reading node", err)
 	}

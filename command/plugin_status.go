@@ -25,20 +25,15 @@ const pluginStatusUsage = `Usage: roam plugin status [options] [plugin-id]
 func runPluginStatus(args []string, out, errOut io.Writer) int {
 	fs, f := newAPIFlagSet("plugin status", pluginStatusUsage, errOut)
 	verbose := fs.Bool("verbose", false, "show full node IDs")
-	pos, code, ok := parseArgs(fs, args)
+	id, hasID, code, ok := parseOptionalID(fs, args, errOut, "<plugin-id>")
 	if !ok {
 		return code
-	}
-	if len(pos) > 1 {
-		fmt.Fprintln(errOut, "This command takes either no argument or one: <plugin-id>")
-		fs.Usage()
-		return 1
 	}
 	c, err := f.client()
 	if err != nil {
 		return fail(errOut, "creating API client", err)
 	}
-	if len(pos) == 0 {
+	if !hasID {
 		plugins, _, err := c.CSIPlugins().List(nil)
 		if err != nil {
 			return fail(errOut, "listing plugins", err)
@@ -56,7 +51,7 @@ func runPluginStatus(args []string, out, errOut io.Writer) int {
 		fmt.Fprint(out, pluginTable(plugins))
 		return 0
 	}
-	return showPlugin(c, f, pos[0], *verbose, out, errOut)
+	return showPlugin(c, f, id, *verbose, out, errOut)
 }
 
 // pluginTable renders plugin stubs as a list.
@@ -77,23 +72,12 @@ func showPlugin(c *api.Client, f *apiFlags, id string, verbose bool, out, errOut
 	if err != nil {
 		return fail(errOut, "looking up plugin", err)
 	}
-	for _, p := range matches {
-		if p.ID == id { // an exact ID wins over longer IDs it prefixes
-			matches = []*api.CSIPluginListStub{p}
-			break
-		}
-	}
-	switch len(matches) {
-	case 0:
-		fmt.Fprintf(errOut, "No plugin(s) with prefix or ID %q found\n", id)
-		return 1
-	case 1:
-	default:
-		fmt.Fprintf(errOut, "Prefix %q matched multiple plugins\n\n", id)
-		fmt.Fprint(errOut, pluginTable(matches))
+	match, ok := pickByPrefix(errOut, "plugin", id, matches,
+		func(p *api.CSIPluginListStub) string { return p.ID }, pluginTable)
+	if !ok {
 		return 1
 	}
-	p, _, err := c.CSIPlugins().Info(matches[0].ID, nil)
+	p, _, err := c.CSIPlugins().Info(match.ID, nil)
 	if err != nil {
 		return fail(errOut, "reading plugin", err)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/shoenig/test/wait"
 
 	"github.com/roamhq/roam/command/agent"
+	"github.com/roamhq/roam/testutil"
 )
 
 // TestCLI_TLSFromNothing makes a CA and certificates with `roam tls`,
@@ -34,12 +35,7 @@ func TestCLI_TLSFromNothing(t *testing.T) {
 	must.EqOp(t, 1, code)
 	must.StrContains(t, errOut, "global-server-roam.pem already exists")
 
-	logs := &testLogWriter{t: t}
-	t.Cleanup(func() {
-		logs.mu.Lock()
-		logs.done = true
-		logs.mu.Unlock()
-	})
+	logs := testutil.NewLogWriter(t)
 	c := agent.DevConfig()
 	c.Name = "tls-cli"
 	c.Ports = &agent.Ports{HTTP: 0, RPC: 0}

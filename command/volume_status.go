@@ -36,7 +36,7 @@ func runVolumeStatus(args []string, out, errOut io.Writer) int {
 	external := fs.Bool("external", false, "list the provider's volumes (needs -plugin)")
 	perPage := fs.Int("per-page", 0, "with -external: volumes per page (0: the provider's choice)")
 	pageToken := fs.String("page-token", "", "with -external: the page to start at")
-	pos, code, ok := parseArgs(fs, args)
+	id, hasID, code, ok := parseOptionalID(fs, args, errOut, "<volume-id>")
 	if !ok {
 		return code
 	}
@@ -45,7 +45,7 @@ func runVolumeStatus(args []string, out, errOut io.Writer) int {
 		return 1
 	}
 	if *external {
-		if *pluginID == "" || len(pos) != 0 {
+		if *pluginID == "" || hasID {
 			fmt.Fprintln(errOut, "-external lists a plugin's provider volumes: give -plugin ID and no volume ID")
 			return 1
 		}
@@ -59,16 +59,11 @@ func runVolumeStatus(args []string, out, errOut io.Writer) int {
 		}
 		return listExternalVolumes(c, f, *pluginID, int32(*perPage), *pageToken, *verbose, out, errOut)
 	}
-	if len(pos) > 1 {
-		fmt.Fprintln(errOut, "This command takes either no argument or one: <volume-id>")
-		fs.Usage()
-		return 1
-	}
 	c, err := f.client()
 	if err != nil {
 		return fail(errOut, "creating API client", err)
 	}
-	if len(pos) == 0 {
+	if !hasID {
 		vols, _, err := c.CSIVolumes().List(*pluginID, nil)
 		if err != nil {
 			return fail(errOut, "listing volumes", err)
@@ -86,7 +81,7 @@ func runVolumeStatus(args []string, out, errOut io.Writer) int {
 		fmt.Fprint(out, volumeTable(vols))
 		return 0
 	}
-	return showVolume(c, f, pos[0], *verbose, out, errOut)
+	return showVolume(c, f, id, *verbose, out, errOut)
 }
 
 // volumeTable renders volume stubs as a list.
@@ -103,23 +98,12 @@ func showVolume(c *api.Client, f *apiFlags, id string, verbose bool, out, errOut
 	if err != nil {
 		return fail(errOut, "looking up volume", err)
 	}
-	for _, v := range matches {
-		if v.ID == id { // an exact ID wins over longer IDs it prefixes
-			matches = []*api.CSIVolumeListStub{v}
-			break
-		}
-	}
-	switch len(matches) {
-	case 0:
-		fmt.Fprintf(errOut, "No volume(s) with prefix or ID %q found\n", id)
-		return 1
-	case 1:
-	default:
-		fmt.Fprintf(errOut, "Prefix %q matched multiple volumes\n\n", id)
-		fmt.Fprint(errOut, volumeTable(matches))
+	match, ok := pickByPrefix(errOut, "volume", id, matches,
+		func(v *api.CSIVolumeListStub) string { return v.ID }, volumeTable)
+	if !ok {
 		return 1
 	}
-	vol, _, err := c.CSIVolumes().Info(matches[0].ID, nil)
+	vol, _, err := c.CSIVolumes().Info(match.ID, nil)
 	if err != nil {
 		return fail(errOut, "reading volume", err)
 	}

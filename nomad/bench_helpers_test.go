@@ -1,10 +1,8 @@
 package nomad
 
 import (
-	"context"
 	"fmt"
 	"math"
-	"net"
 	"slices"
 	"sync"
 	"testing"
@@ -19,9 +17,8 @@ import (
 )
 
 // benchCluster starts n servers on their own on-disk data dirs (TestConfig:
-// raft-wal under tb.TempDir) that find each other through retry_join and
-// bootstrap together, and returns them and their leader once the leader
-// has taken office. It mirrors testCluster for any testing.TB.
+// raft-wal under tb.TempDir) over loopback TCP, as startTCPCluster does,
+// and returns them and their leader once the leader has taken office.
 //
 // Heartbeat TTLs are an hour so no node registered by a benchmark expires
 // mid-run: an expiry is a Raft write the benchmark did not ask for. Raft
@@ -35,21 +32,7 @@ func benchCluster(tb testing.TB, n int) ([]*Server, *Server) {
 // config last.
 func benchClusterWith(tb testing.TB, n int, fn func(*Config)) ([]*Server, *Server) {
 	tb.Helper()
-	listeners := make([]net.Listener, n)
-	addrs := make([]string, n)
-	for i := range listeners {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		must.NoError(tb, err)
-		listeners[i] = ln
-		addrs[i] = ln.Addr().String()
-	}
-	servers := make([]*Server, n)
-	for i := range servers {
-		c := TestConfig(tb)
-		c.NodeName = fmt.Sprintf("%s-%d", c.NodeName, i)
-		c.Listener = listeners[i]
-		c.BootstrapExpect = n
-		c.RetryJoin = addrs
+	servers := startTCPCluster(tb, n, func(c *Config) {
 		c.MinHeartbeatTTL = time.Hour
 		c.FailoverHeartbeatTTL = time.Hour
 		// Production Raft timers (RaftMultiplier 1), not TestConfig's
@@ -71,11 +54,7 @@ func benchClusterWith(tb testing.TB, n int, fn func(*Config)) ([]*Server, *Serve
 		if fn != nil {
 			fn(c)
 		}
-		s, err := NewServer(c)
-		must.NoError(tb, err)
-		tb.Cleanup(func() { _ = s.Shutdown(context.Background()) })
-		servers[i] = s
-	}
+	})
 	return servers, benchWaitForLeader(tb, servers)
 }
 

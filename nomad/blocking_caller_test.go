@@ -82,7 +82,7 @@ func TestBlocking_EndsWhenConnectionCloses(t *testing.T) {
 func TestBlocking_ForwardingEndsWithCaller(t *testing.T) {
 	// Steady Raft timers: a leader that loses its lease under load fails
 	// the forwarded queries, which is not what this test is about.
-	servers := testClusterWith(t, 3, func(c *Config) { withLongHeartbeats(c); withSteadyRaft(c) })
+	servers := testMemClusterWith(t, 3, func(c *Config) { withLongHeartbeats(c); withSteadyRaft(c) }).servers
 	leader := waitForLeaderDuties(t, servers...)
 	follower := followers(servers)[0]
 

@@ -237,10 +237,10 @@ func TestBlocking_GetNode(t *testing.T) {
 }
 
 func TestBlocking_StaleReadOnFollower(t *testing.T) {
-	servers := testClusterWith(t, 3, func(c *Config) {
+	servers := testMemClusterWith(t, 3, func(c *Config) {
 		withLongHeartbeats(c)
 		c.RPCHoldTimeout = 300 * time.Millisecond
-	})
+	}).servers
 	leader := waitForLeaderDuties(t, servers...)
 	// Chosen by identity, not by IsLeader: under load leadership may
 	// flicker, and a "follower" that is the leader gets shut down below.

@@ -22,15 +22,7 @@ import (
 // it down when the test ends, before the servers.
 func testAgentClient(t *testing.T, servers ...string) *client.Client {
 	t.Helper()
-	cfg := client.DefaultConfig()
-	cfg.DataDir = t.TempDir()
-	cfg.Servers = servers
-	cfg.RPCRetryTimeout = 10 * time.Second
-	cfg.MinRetryBackoff = 10 * time.Millisecond
-	cfg.MaxRetryBackoff = 200 * time.Millisecond
-	cfg.DialTimeout = time.Second
-	cfg.Logger = hclog.New(&hclog.LoggerOptions{Name: t.Name(), Level: hclog.Warn, Output: hclog.DefaultOutput})
-	c, err := client.NewClient(cfg)
+	c, err := client.NewClient(client.TestConfig(t, servers...))
 	must.NoError(t, err)
 	t.Cleanup(func() { _ = c.Shutdown(context.Background()) })
 	return c
@@ -118,7 +110,7 @@ func TestClientRPC_ForwardedToServerHoldingSession(t *testing.T) {
 }
 
 func TestClientRPC_UnknownNode(t *testing.T) {
-	servers := testCluster(t, 3)
+	servers := testMemCluster(t, 3).servers
 	leader := waitForLeader(t, servers...)
 	var resp structs.ClientStatusPingResponse
 	err := leader.clientRPC(testCtx(t), "00000000-0000-0000-0000-000000000000", "ClientStatus.Ping", &structs.GenericRequest{}, &resp)

@@ -33,7 +33,7 @@ func registerNode(t *testing.T, s *Server, n *structs.Node) *structs.NodeUpdateR
 }
 
 func TestCluster_ElectsOneLeader(t *testing.T) {
-	servers := testCluster(t, 3)
+	servers := testMemCluster(t, 3).servers
 	leader := waitForLeader(t, servers...)
 	must.Len(t, 2, followers(servers))
 
@@ -55,7 +55,7 @@ func TestCluster_ElectsOneLeader(t *testing.T) {
 }
 
 func TestCluster_FollowerForwardsWrites(t *testing.T) {
-	servers := testCluster(t, 3)
+	servers := testMemCluster(t, 3).servers
 	follower := followers(servers)[0]
 	leader := waitForLeader(t, servers...)
 
@@ -78,7 +78,7 @@ func TestCluster_FollowerForwardsWrites(t *testing.T) {
 }
 
 func TestCluster_NewLeaderKeepsCommittedWrites(t *testing.T) {
-	servers := testCluster(t, 3)
+	servers := testMemCluster(t, 3).servers
 	leader := waitForLeader(t, servers...)
 	var ids []string
 	for i := range 20 {

@@ -1,11 +1,11 @@
 package nomad
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
 	"os"
-	"testing"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -50,8 +50,21 @@ type Config struct {
 	// when it is a loopback address (see netutil.Dialer); empty lets the
 	// kernel pick.
 	DialSource string
-	// Listener, if set, is used instead of binding RPCAddr (tests).
+	// Listener, if set, is used instead of binding RPCAddr: a listener
+	// the caller bound itself, or one on an in-memory network.
 	Listener net.Listener
+	// Dial, if set, opens every outgoing server connection (RPC
+	// forwarding, joins, Raft over the RPC port) instead of a TCP dial
+	// from DialSource. With Listener it puts the server on another
+	// network, such as internal/memnet in unit tests, where links can be
+	// cut. TLS, when on, still wraps what it returns.
+	Dial func(ctx context.Context, addr string) (net.Conn, error)
+	// RaftTransport, if set, carries Raft instead of the RPC port (for
+	// example raft.InmemTransport in unit tests). Its LocalAddr must be
+	// the advertised RPC address, which is the Raft address peers know
+	// this server by. The server closes it on shutdown, and still vets
+	// every RPC that arrives on it.
+	RaftTransport RaftTransport
 
 	// BootstrapExpect is how many servers must know each other before the
 	// cluster bootstraps. 1 bootstraps a single server at once.
@@ -202,9 +215,17 @@ func DefaultConfig() *Config {
 	}
 }
 
+// TestingT is the part of testing.TB that TestConfig uses. It is spelled
+// out so that this package does not import testing: production code
+// never links it.
+type TestingT interface {
+	Name() string
+	TempDir() string
+}
+
 // TestConfig returns a configuration with fast timers, a temp data dir and
-// a port chosen by the kernel.
-func TestConfig(t testing.TB) *Config {
+// a port chosen by the kernel, for tests (t is normally a testing.TB).
+func TestConfig(t TestingT) *Config {
 	c := DefaultConfig()
 	c.NodeName = t.Name()
 	c.DataDir = t.TempDir()

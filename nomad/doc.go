@@ -1,7 +1,15 @@
 // Package nomad is the Roam server: Raft and its FSM, the RPC listener and
 // endpoints, forwarding to the leader, cluster formation, and the leader's
-// duties (heartbeat timers today; the volume watcher, drainer and the
-// controller-RPC serializer as their issues land).
+// duties — node heartbeat timers, evaluation processing and plan
+// application, the volume watcher, the drainer, and the controller lanes
+// that serialize destructive CSI controller calls per plugin. The claim
+// transitions are decided in the csiclaim sub-package, without I/O; see
+// docs/architecture.md for how the parts fit together.
+//
+// A server normally listens on TCP and carries Raft on its RPC port.
+// Config.Listener, Config.Dial and Config.RaftTransport put it on another
+// network instead; the unit tests use that to run clusters in memory and
+// cut links between servers.
 //
 // The package keeps Nomad's name for the server so that readers who know
 // Nomad find things where they expect them; none of Nomad's code is used.

@@ -402,7 +402,7 @@ func TestHeartbeat_RegisterRejected(t *testing.T) {
 func TestHeartbeat_NewLeaderMarksSilentNodeDown(t *testing.T) {
 	// Regular TTLs far longer than the test: only the failover TTL a new
 	// leader arms can mark the node down in time.
-	servers := testClusterWith(t, 3, func(c *Config) { c.MinHeartbeatTTL = time.Minute })
+	servers := testMemClusterWith(t, 3, func(c *Config) { c.MinHeartbeatTTL = time.Minute }).servers
 	leader := waitForLeaderDuties(t, servers...)
 	cfg := leader.Config()
 	must.Less(t, cfg.MinHeartbeatTTL, cfg.FailoverHeartbeatTTL)

@@ -125,7 +125,7 @@ func uploadSnapshot(s *Server, file []byte) (*structs.SnapshotRestoreResponse, e
 }
 
 func TestOperator_SnapshotSaveRestoreThroughFollower(t *testing.T) {
-	servers := testCluster(t, 3)
+	servers := testMemCluster(t, 3).servers
 	leader := waitForLeader(t, servers...)
 	follower := followers(servers)[0]
 

@@ -23,17 +23,21 @@ type connPool struct {
 	source string
 	// tls, when it wraps RPC, is used for every connection.
 	tls *tlsutil.Configurator
+	// dialFn, when set, replaces the TCP dial (Config.Dial).
+	dialFn func(ctx context.Context, addr string) (net.Conn, error)
 
 	mu       sync.Mutex
 	clients  map[string]*rpc.Client
 	shutdown bool
 }
 
-func newConnPool(dialTimeout time.Duration, source string, tlsConf *tlsutil.Configurator) *connPool {
+func newConnPool(dialTimeout time.Duration, source string, tlsConf *tlsutil.Configurator,
+	dialFn func(ctx context.Context, addr string) (net.Conn, error)) *connPool {
 	return &connPool{
 		dialTimeout: dialTimeout,
 		source:      source,
 		tls:         tlsConf,
+		dialFn:      dialFn,
 		clients:     make(map[string]*rpc.Client),
 	}
 }
@@ -80,7 +84,7 @@ func (p *connPool) get(addr string) (*rpc.Client, error) {
 
 // dial opens an RPC connection to addr.
 func (p *connPool) dial(addr string) (*rpc.Client, error) {
-	conn, err := netutil.Dialer(p.source, p.dialTimeout).Dial("tcp", addr)
+	conn, err := dialServer(p.dialFn, p.source, addr, p.dialTimeout)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: %v", errDial, addr, err)
 	}
@@ -146,4 +150,16 @@ func (p *connPool) Shutdown() {
 		c.Close()
 		delete(p.clients, addr)
 	}
+}
+
+// dialServer opens a connection to another server within timeout: through
+// dialFn when the server runs on another network, else over TCP from
+// source.
+func dialServer(dialFn func(context.Context, string) (net.Conn, error), source, addr string, timeout time.Duration) (net.Conn, error) {
+	if dialFn == nil {
+		return netutil.Dialer(source, timeout).Dial("tcp", addr)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	return dialFn(ctx, addr)
 }

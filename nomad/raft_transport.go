@@ -6,7 +6,8 @@ import (
 	"github.com/hashicorp/raft"
 )
 
-// raftTransport is Raft's network transport without pipelined
+// raftTransport is a Raft transport (the network transport, or the
+// in-memory one in unit tests) without pipelined
 // replication, and with every incoming Raft RPC vetted before Raft sees
 // it.
 //
@@ -30,13 +31,20 @@ import (
 // Raft, so a refused AppendEntries neither changes the term nor appends
 // an entry.
 type raftTransport struct {
-	*raft.NetworkTransport
+	RaftTransport
 
 	// vet returns nil for an RPC Raft may see; nil vet lets every RPC
 	// through (unit tests that build a bare transport).
 	vet func(raft.RPC) error
 
 	consumeCh chan raft.RPC
+	// hbMu guards heartbeat: Raft's heartbeat handler, which the relay
+	// calls itself for a transport that has no fast path of its own
+	// (raft.InmemTransport), so that a follower's run loop, busy with
+	// entries or starved of CPU, does not delay its answer to a heartbeat
+	// past the leader's lease.
+	hbMu      sync.Mutex
+	heartbeat func(raft.RPC)
 	startOnce sync.Once
 	closeOnce sync.Once
 	done      chan struct{}
@@ -45,12 +53,24 @@ type raftTransport struct {
 
 var _ raft.WithClose = (*raftTransport)(nil)
 
-func newRaftTransport(t *raft.NetworkTransport, vet func(raft.RPC) error) *raftTransport {
+// RaftTransport is what the server needs of a Raft transport: Raft's
+// network transport in production, raft.InmemTransport in unit tests.
+type RaftTransport interface {
+	raft.Transport
+	raft.WithClose
+}
+
+var (
+	_ RaftTransport = (*raft.NetworkTransport)(nil)
+	_ RaftTransport = (*raft.InmemTransport)(nil)
+)
+
+func newRaftTransport(t RaftTransport, vet func(raft.RPC) error) *raftTransport {
 	return &raftTransport{
-		NetworkTransport: t,
-		vet:              vet,
-		consumeCh:        make(chan raft.RPC),
-		done:             make(chan struct{}),
+		RaftTransport: t,
+		vet:           vet,
+		consumeCh:     make(chan raft.RPC),
+		done:          make(chan struct{}),
 	}
 }
 
@@ -59,11 +79,11 @@ func (t *raftTransport) AppendEntriesPipeline(raft.ServerID, raft.ServerAddress)
 	return nil, raft.ErrPipelineReplicationNotSupported
 }
 
-// Consumer returns the vetted RPCs. The relay from the network transport
+// Consumer returns the vetted RPCs. The relay from the inner transport
 // starts with the first call and stops on Close.
 func (t *raftTransport) Consumer() <-chan raft.RPC {
 	if t.vet == nil {
-		return t.NetworkTransport.Consumer()
+		return t.RaftTransport.Consumer()
 	}
 	t.startOnce.Do(func() {
 		t.wg.Add(1)
@@ -74,12 +94,16 @@ func (t *raftTransport) Consumer() <-chan raft.RPC {
 
 func (t *raftTransport) relay() {
 	defer t.wg.Done()
-	in := t.NetworkTransport.Consumer()
+	in := t.RaftTransport.Consumer()
 	for {
 		select {
 		case rpc := <-in:
 			if err := t.vet(rpc); err != nil {
 				rpc.Respond(nil, err)
+				continue
+			}
+			if hb := t.heartbeatHandler(); hb != nil && isHeartbeat(rpc) {
+				hb(rpc)
 				continue
 			}
 			select {
@@ -98,11 +122,18 @@ func (t *raftTransport) relay() {
 // them to Raft on a fast path that skips Consumer, and a heartbeat with a
 // higher term is enough to depose a leader.
 func (t *raftTransport) SetHeartbeatHandler(cb func(raft.RPC)) {
-	if t.vet == nil || cb == nil {
-		t.NetworkTransport.SetHeartbeatHandler(cb)
+	if _, inmem := t.RaftTransport.(*raft.InmemTransport); inmem && t.vet != nil {
+		// The relay vets, then calls cb itself.
+		t.hbMu.Lock()
+		t.heartbeat = cb
+		t.hbMu.Unlock()
 		return
 	}
-	t.NetworkTransport.SetHeartbeatHandler(func(rpc raft.RPC) {
+	if t.vet == nil || cb == nil {
+		t.RaftTransport.SetHeartbeatHandler(cb)
+		return
+	}
+	t.RaftTransport.SetHeartbeatHandler(func(rpc raft.RPC) {
 		if err := t.vet(rpc); err != nil {
 			rpc.Respond(nil, err)
 			return
@@ -111,10 +142,25 @@ func (t *raftTransport) SetHeartbeatHandler(cb func(raft.RPC)) {
 	})
 }
 
-// Close stops the relay, then the network transport.
+// Close stops the relay, then the inner transport.
 func (t *raftTransport) Close() error {
 	t.closeOnce.Do(func() { close(t.done) })
-	err := t.NetworkTransport.Close()
+	err := t.RaftTransport.Close()
 	t.wg.Wait()
 	return err
+}
+
+func (t *raftTransport) heartbeatHandler() func(raft.RPC) {
+	t.hbMu.Lock()
+	defer t.hbMu.Unlock()
+	return t.heartbeat
+}
+
+// isHeartbeat reports whether rpc is a leader's heartbeat: an
+// AppendEntries that carries no entries, no previous entry and no commit
+// index, only the leader's term and identity.
+func isHeartbeat(rpc raft.RPC) bool {
+	req, ok := rpc.Command.(*raft.AppendEntriesRequest)
+	return ok && req.Term != 0 && len(req.Entries) == 0 &&
+		req.PrevLogEntry == 0 && req.PrevLogTerm == 0 && req.LeaderCommitIndex == 0
 }

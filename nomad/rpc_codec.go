@@ -15,7 +15,6 @@ import (
 
 	"github.com/hashicorp/go-msgpack/v2/codec"
 	"github.com/hashicorp/raft"
-	"github.com/roamhq/roam/internal/netutil"
 	"github.com/roamhq/roam/internal/tlsutil"
 	"github.com/roamhq/roam/structs"
 )
@@ -328,7 +327,9 @@ type raftLayer struct {
 	// source is the IP outgoing connections leave from (netutil.Dialer).
 	source string
 	// tls, when it wraps RPC, is used for every outgoing connection.
-	tls     *tlsutil.Configurator
+	tls *tlsutil.Configurator
+	// dialFn, when set, replaces the TCP dial (Config.Dial).
+	dialFn  func(ctx context.Context, addr string) (net.Conn, error)
 	connCh  chan net.Conn
 	closeCh chan struct{}
 	once    sync.Once
@@ -368,7 +369,7 @@ func (l *raftLayer) Close() error {
 func (l *raftLayer) Addr() net.Addr { return l.addr }
 
 func (l *raftLayer) Dial(address raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
-	conn, err := netutil.Dialer(l.source, timeout).Dial("tcp", string(address))
+	conn, err := dialServer(l.dialFn, l.source, string(address), timeout)
 	if err != nil {
 		return nil, err
 	}

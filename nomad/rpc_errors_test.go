@@ -115,7 +115,7 @@ func TestRPCErrors_EveryPathIntoServer(t *testing.T) {
 // survive both hops, so the caller of the follower sees the leader's
 // sentinels, and codes this build does not know pass through.
 func TestRPCErrors_ForwardedCallKeepsCodes(t *testing.T) {
-	servers := testCluster(t, 3)
+	servers := testMemCluster(t, 3).servers
 	leader := waitForLeaderDuties(t, servers...)
 	follower := followers(servers)[0]
 
@@ -149,7 +149,7 @@ func TestRPCErrors_ForwardedCallKeepsCodes(t *testing.T) {
 // A write whose error says both "no leader" and "outcome unknown" may have
 // been applied: the follower must not send it again.
 func TestRPCErrors_ForwardedOutcomeUnknownNotResent(t *testing.T) {
-	servers := testCluster(t, 3)
+	servers := testMemCluster(t, 3).servers
 	leader := waitForLeaderDuties(t, servers...)
 	follower := followers(servers)[0]
 	both := fmt.Errorf("%w: raft apply: %w", structs.ErrOutcomeUnknown, structs.ErrNoLeader)

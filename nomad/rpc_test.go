@@ -2,6 +2,7 @@ package nomad
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"io"
 	"net"
@@ -26,7 +27,19 @@ const closeWait = 5 * time.Second
 // rawConn dials srv's RPC port and writes prefix, without any framing.
 func rawConn(t *testing.T, srv *Server, prefix ...byte) net.Conn {
 	t.Helper()
-	conn, err := net.DialTimeout("tcp", srv.Addr(), closeWait)
+	var (
+		conn net.Conn
+		err  error
+	)
+	if dial := srv.config.Dial; dial != nil {
+		// A server on an in-memory network (memCluster): the connection
+		// comes from the server's own address there.
+		ctx, cancel := context.WithTimeout(context.Background(), closeWait)
+		conn, err = dial(ctx, srv.Addr())
+		cancel()
+	} else {
+		conn, err = net.DialTimeout("tcp", srv.Addr(), closeWait)
+	}
 	must.NoError(t, err)
 	t.Cleanup(func() { _ = conn.Close() })
 	if len(prefix) > 0 {

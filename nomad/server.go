@@ -167,7 +167,7 @@ func NewServer(config *Config) (*Server, error) {
 		connLog:        ratelog.New(logger, ratelog.DefaultWindow),
 		raftNetLog:     ratelog.New(config.Logger.Named("raft-net"), ratelog.DefaultWindow),
 		rpcServer:      structs.NewRPCServer(),
-		connPool:       newConnPool(config.RPCHoldTimeout, config.DialSource, config.TLS),
+		connPool:       newConnPool(config.RPCHoldTimeout, config.DialSource, config.TLS, config.Dial),
 		queryCancels:   newQueryCancels(maxTrackedQueries),
 		leaderChangeCh: make(chan struct{}),
 		shutdownCtx:    ctx,
@@ -274,12 +274,19 @@ func (s *Server) setupRaft() error {
 	rc.NotifyCh = s.raftNotifyCh
 
 	s.raftLayer = newRaftLayer(advertiseAddr(s.advertise), s.config.DialSource, s.config.TLS)
-	s.raftTransport = newRaftTransport(raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
-		Stream:  s.raftLayer,
-		MaxPool: 3,
-		Timeout: 10 * time.Second,
-		Logger:  &raftNetLogger{Logger: s.config.Logger.Named("raft-net"), limited: s.raftNetLog},
-	}), s.vetRaftRPC)
+	s.raftLayer.dialFn = s.config.Dial
+	inner := s.config.RaftTransport
+	if inner == nil {
+		inner = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+			Stream:  s.raftLayer,
+			MaxPool: 3,
+			Timeout: 10 * time.Second,
+			Logger:  &raftNetLogger{Logger: s.config.Logger.Named("raft-net"), limited: s.raftNetLog},
+		})
+	} else if got := string(inner.LocalAddr()); got != s.advertise {
+		return fmt.Errorf("server: raft transport address %q is not the advertised rpc address %q", got, s.advertise)
+	}
+	s.raftTransport = newRaftTransport(inner, s.vetRaftRPC)
 
 	var (
 		logs   raft.LogStore
@@ -460,7 +467,7 @@ func (s *Server) handleConn(conn net.Conn, session *yamux.Session, peer connPeer
 				"remote", conn.RemoteAddr(), "timeout", s.config.RPCFrameTimeout, "in_session", inSession)
 		}
 		s.trackConn(conn, false)
-	case b[0] == structs.RPCRaft && !inSession:
+	case b[0] == structs.RPCRaft && !inSession && s.config.RaftTransport == nil:
 		if !s.requireServerPeer(conn, peer, "raft") {
 			return
 		}

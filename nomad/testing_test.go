@@ -11,7 +11,7 @@ import (
 )
 
 // testServer starts one server with TestConfig, adjusted by fn.
-func testServer(t *testing.T, fn func(*Config)) *Server {
+func testServer(t testing.TB, fn func(*Config)) *Server {
 	t.Helper()
 	c := TestConfig(t)
 	if fn != nil {
@@ -33,6 +33,14 @@ func testCluster(t *testing.T, n int) []*Server {
 // testClusterWith is testCluster with fn applied to every server's config.
 func testClusterWith(t *testing.T, n int, fn func(*Config)) []*Server {
 	t.Helper()
+	servers := startTCPCluster(t, n, fn)
+	waitForLeader(t, servers...)
+	return servers
+}
+
+// startTCPCluster is testClusterWith without the wait for a leader.
+func startTCPCluster(t testing.TB, n int, fn func(*Config)) []*Server {
+	t.Helper()
 	listeners := make([]net.Listener, n)
 	addrs := make([]string, n)
 	for i := range listeners {
@@ -53,13 +61,12 @@ func testClusterWith(t *testing.T, n int, fn func(*Config)) []*Server {
 			}
 		})
 	}
-	waitForLeader(t, servers...)
 	return servers
 }
 
 // waitForLeader waits until exactly one of servers leads and every one of
 // them agrees on it, and returns the leader.
-func waitForLeader(t *testing.T, servers ...*Server) *Server {
+func waitForLeader(t testing.TB, servers ...*Server) *Server {
 	t.Helper()
 	var leader *Server
 	must.Wait(t, wait.InitialSuccess(

@@ -49,6 +49,12 @@ type Config struct {
 
 	// DevMode runs server and client in one process with in-memory Raft.
 	DevMode bool
+	// DevCSIPlugin makes a dev agent with both halves run the built-in
+	// hostpath CSI plugin as a system job, started from this agent's own
+	// executable (`roam plugin csi-hostpath`). `roam agent -dev` sets it;
+	// a program that embeds the agent and is not roam (a test binary)
+	// leaves it off. Not settable from a config file.
+	DevCSIPlugin bool
 }
 
 // ACLConfig turns ACLs on (docs/acl.md). Every agent of a cluster, servers
@@ -358,6 +364,7 @@ func (c *Config) Merge(o *Config) *Config {
 	setStr(&r.Datacenter, o.Datacenter)
 	setStr(&r.LogLevel, o.LogLevel)
 	r.DevMode = r.DevMode || o.DevMode
+	r.DevCSIPlugin = r.DevCSIPlugin || o.DevCSIPlugin
 	r.LeaveOnTerminate = r.LeaveOnTerminate || o.LeaveOnTerminate
 	r.InsecureBind = r.InsecureBind || o.InsecureBind
 	r.Plugins = append(append([]*PluginConfig(nil), r.Plugins...), o.Plugins...)

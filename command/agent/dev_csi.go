@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"testing"
 	"time"
 
 	"github.com/hashicorp/go-memdb"
@@ -56,10 +55,10 @@ func devCSIPluginJob(roam, nodeID, stateDir, targetRoot string) *structs.Job {
 }
 
 // wantDevCSIPlugin reports whether this agent runs the dev plugin job: a
-// dev agent with both halves, started from the roam binary. A test binary
-// is no roam binary, and test agents use the dev configuration.
+// dev agent with both halves whose config asks for it (DevCSIPlugin,
+// which `roam agent -dev` sets).
 func (a *Agent) wantDevCSIPlugin() bool {
-	return a.config.DevMode && a.server != nil && a.client != nil && !testing.Testing()
+	return a.config.DevMode && a.config.DevCSIPlugin && a.server != nil && a.client != nil
 }
 
 // startDevCSIPlugin registers the dev plugin job once the local node is

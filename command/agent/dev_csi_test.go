@@ -66,3 +66,21 @@ func TestDevManagementSecret_EndsWithContext(t *testing.T) {
 	_, err = devManagementSecret(ctx, func() *state.StateStore { return st })
 	must.ErrorIs(t, err, context.Canceled)
 }
+
+// The dev plugin job is an explicit agent option: the dev configuration
+// alone (what embedding programs and tests start from) does not run it,
+// and the option is kept across a config merge.
+func TestDevCSIPlugin_IsAnOption(t *testing.T) {
+	must.False(t, DevConfig().DevCSIPlugin)
+	must.True(t, DevConfig().Merge(&Config{DevCSIPlugin: true}).DevCSIPlugin)
+	on := DevConfig()
+	on.DevCSIPlugin = true
+	must.True(t, on.Merge(DefaultConfig()).DevCSIPlugin)
+
+	a := newTestAgent(t, nil)
+	must.False(t, a.wantDevCSIPlugin(), must.Sprint("a dev agent ran the plugin job without being asked"))
+	a.config.DevCSIPlugin = true
+	must.True(t, a.wantDevCSIPlugin())
+	a.config.DevMode = false
+	must.False(t, a.wantDevCSIPlugin(), must.Sprint("only a dev agent runs the dev plugin job"))
+}

@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strconv"
 
+	"github.com/roamhq/roam/api"
 	"github.com/roamhq/roam/structs"
 )
 
@@ -91,18 +92,6 @@ func (s *HTTPServer) csiVolumesList(w http.ResponseWriter, r *http.Request) (any
 	return reply.Volumes, nil
 }
 
-// csiCapabilityJSON is a requested capability in Nomad's JSON shape.
-type csiCapabilityJSON struct {
-	AccessMode     string
-	AttachmentMode string
-}
-
-// csiMountOptionsJSON is Nomad's CSIMountOptions.
-type csiMountOptionsJSON struct {
-	FSType     string
-	MountFlags []string
-}
-
 // csiVolumeInput is a volume as Nomad's api.CSIVolumeRegisterRequest
 // carries it. Fields Roam has no use for (topologies, the read-only status
 // fields Nomad's client echoes back) are ignored.
@@ -114,13 +103,13 @@ type csiVolumeInput struct {
 	PluginID              string
 	AccessMode            string
 	AttachmentMode        string
-	MountOptions          *csiMountOptionsJSON
+	MountOptions          *api.CSIMountOptions
 	Secrets               map[string]string
 	Parameters            map[string]string
 	Context               map[string]string
 	RequestedCapacityMin  int64
 	RequestedCapacityMax  int64
-	RequestedCapabilities []*csiCapabilityJSON
+	RequestedCapabilities []*api.CSIVolumeCapability
 	SnapshotID            string
 	CloneID               string
 	RequestedTopologies   *structs.CSITopologyRequest
@@ -156,12 +145,6 @@ func (in *csiVolumeInput) toStruct() *structs.CSIVolume {
 		}
 	}
 	return v
-}
-
-// csiVolumeRegisterReply is Nomad's api.CSIVolumeRegisterResponse.
-type csiVolumeRegisterReply struct {
-	Volumes  []*csiVolumeView
-	Warnings string
 }
 
 // decodeVolumesBody reads a {"Volumes": [...]} body (register and create
@@ -214,7 +197,7 @@ func (s *HTTPServer) csiVolumeRegister(w http.ResponseWriter, r *http.Request) (
 		return nil, err
 	}
 	setIndex(w, reply.Index)
-	return csiVolumeRegisterReply{}, nil
+	return api.CSIVolumeRegisterResponse{}, nil
 }
 
 // csiVolumeDeregister answers DELETE /v1/volume/csi/:id[?force=true].
@@ -233,77 +216,31 @@ func (s *HTTPServer) csiVolumeDeregister(w http.ResponseWriter, r *http.Request)
 	return struct{}{}, nil
 }
 
-// csiClaimJSON is one claim on a volume.
-type csiClaimJSON struct {
-	AllocationID   string
-	NodeID         string
-	ExternalNodeID string
-	Mode           string
-	AccessMode     string
-	AttachmentMode string
-	State          string
-	UpdatedAt      int64
-}
-
-// csiVolumeView is a volume in Nomad's api.CSIVolume shape, with the
-// plugin's health denormalized into it as Nomad does. Secrets are never
-// shown. ReadAllocs and WriteAllocs map claiming allocation IDs to null,
-// as Nomad's do; Claims adds each claim's node and state.
-type csiVolumeView struct {
-	ID                    string
-	Name                  string
-	Namespace             string
-	ExternalID            string
-	PluginID              string
-	Provider              string
-	ProviderVersion       string
-	AccessMode            string
-	AttachmentMode        string
-	MountOptions          *csiMountOptionsJSON
-	Parameters            map[string]string
-	Context               map[string]string
-	Capacity              int64
-	RequestedCapacityMin  int64
-	RequestedCapacityMax  int64
-	RequestedCapabilities []*csiCapabilityJSON
-	SnapshotID            string
-	CloneID               string
-	RequestedTopologies   *structs.CSITopologyRequest
-	Topologies            []*structs.CSITopology
-	ReadAllocs            map[string]*struct{}
-	WriteAllocs           map[string]*struct{}
-	Claims                []*csiClaimJSON
-	Schedulable           bool
-	ControllerRequired    bool
-	ControllersHealthy    int
-	ControllersExpected   int
-	NodesHealthy          int
-	NodesExpected         int
-	CreateIndex           uint64
-	ModifyIndex           uint64
-}
-
-// newCSIVolumeView renders v with the health of its plugin p (nil when the
-// plugin is gone).
-func newCSIVolumeView(v *structs.CSIVolume, p *structs.CSIPlugin) *csiVolumeView {
-	out := &csiVolumeView{
+// apiCSIVolume renders v as the api package's CSIVolume (Nomad's shape),
+// with the health of its plugin p (nil when the plugin is gone)
+// denormalized into it as Nomad does. Secrets are never shown. ReadAllocs
+// and WriteAllocs map claiming allocation IDs to null, as Nomad's do;
+// Claims adds each claim's node and state, by allocation ID.
+func apiCSIVolume(v *structs.CSIVolume, p *structs.CSIPlugin) *api.CSIVolume {
+	out := &api.CSIVolume{
 		ID: v.ID, Name: v.Name, Namespace: v.Namespace, ExternalID: v.ExternalID,
 		PluginID: v.PluginID, Provider: v.Provider,
 		Parameters: v.Parameters, Context: v.Context, Capacity: v.Capacity,
 		RequestedCapacityMin: v.CapacityMin, RequestedCapacityMax: v.CapacityMax,
 		SnapshotID: v.SnapshotID, CloneID: v.CloneID,
-		RequestedTopologies: v.RequestedTopologies, Topologies: v.Topologies,
-		ReadAllocs: map[string]*struct{}{}, WriteAllocs: map[string]*struct{}{},
-		Claims:      []*csiClaimJSON{},
+		RequestedTopologies: apiTopologyRequest(v.RequestedTopologies),
+		Topologies:          apiTopologies(v.Topologies),
+		ReadAllocs:          map[string]*struct{}{}, WriteAllocs: map[string]*struct{}{},
+		Claims:      []*api.CSIVolumeClaim{},
 		CreateIndex: v.CreateIndex, ModifyIndex: v.ModifyIndex,
 	}
 	if v.MountOptions != nil {
-		out.MountOptions = &csiMountOptionsJSON{FSType: v.MountOptions.FSType, MountFlags: v.MountOptions.MountFlags}
+		out.MountOptions = &api.CSIMountOptions{FSType: v.MountOptions.FSType, MountFlags: v.MountOptions.MountFlags}
 	}
-	out.RequestedCapabilities = make([]*csiCapabilityJSON, 0, len(v.RequestedCapabilities))
+	out.RequestedCapabilities = make([]*api.CSIVolumeCapability, 0, len(v.RequestedCapabilities))
 	for _, c := range v.RequestedCapabilities {
 		out.RequestedCapabilities = append(out.RequestedCapabilities,
-			&csiCapabilityJSON{AccessMode: c.AccessMode, AttachmentMode: c.AttachmentMode})
+			&api.CSIVolumeCapability{AccessMode: c.AccessMode, AttachmentMode: c.AttachmentMode})
 	}
 	if len(v.RequestedCapabilities) > 0 {
 		out.AccessMode = v.RequestedCapabilities[0].AccessMode
@@ -315,7 +252,7 @@ func newCSIVolumeView(v *structs.CSIVolume, p *structs.CSIPlugin) *csiVolumeView
 		} else {
 			out.ReadAllocs[id] = nil
 		}
-		out.Claims = append(out.Claims, &csiClaimJSON{
+		out.Claims = append(out.Claims, &api.CSIVolumeClaim{
 			AllocationID: c.AllocationID, NodeID: c.NodeID, ExternalNodeID: c.ExternalNodeID,
 			Mode: c.Mode, AccessMode: c.AccessMode, AttachmentMode: c.AttachmentMode,
 			State: string(c.State), UpdatedAt: c.UpdatedAt,
@@ -331,6 +268,28 @@ func newCSIVolumeView(v *structs.CSIVolume, p *structs.CSIPlugin) *csiVolumeView
 		out.Schedulable = p.NodesHealthy > 0 && (!p.ControllerRequired || p.ControllersHealthy > 0)
 	}
 	return out
+}
+
+// apiTopologies renders topologies as the api package's.
+func apiTopologies(ts []*structs.CSITopology) []*api.CSITopology {
+	if ts == nil {
+		return nil
+	}
+	out := make([]*api.CSITopology, 0, len(ts))
+	for _, t := range ts {
+		if t != nil {
+			out = append(out, &api.CSITopology{Segments: t.Segments})
+		}
+	}
+	return out
+}
+
+// apiTopologyRequest renders a topology request as the api package's.
+func apiTopologyRequest(r *structs.CSITopologyRequest) *api.CSITopologyRequest {
+	if r == nil {
+		return nil
+	}
+	return &api.CSITopologyRequest{Required: apiTopologies(r.Required), Preferred: apiTopologies(r.Preferred)}
 }
 
 // csiVolumeGet answers GET /v1/volume/csi/:id; a blocking query. An
@@ -358,7 +317,7 @@ func (s *HTTPServer) csiVolumeGet(w http.ResponseWriter, r *http.Request) (any, 
 	if err := s.rpc(r, "CSIPlugin.Get", &pargs, &preply); err != nil {
 		return nil, err
 	}
-	return newCSIVolumeView(reply.Volume, preply.Plugin), nil
+	return apiCSIVolume(reply.Volume, preply.Plugin), nil
 }
 
 // csiPluginsList answers GET /v1/plugins?type=csi with plugin stubs; a

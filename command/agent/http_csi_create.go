@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strconv"
 
+	"github.com/roamhq/roam/api"
 	"github.com/roamhq/roam/structs"
 )
 
@@ -38,12 +39,6 @@ func (s *HTTPServer) addCSICreateRoutes() {
 	}
 }
 
-// csiVolumeCreateReply is Nomad's api.CSIVolumeCreateResponse.
-type csiVolumeCreateReply struct {
-	Volumes  []*csiVolumeView
-	Warnings string
-}
-
 // csiVolumeCreate answers PUT/POST /v1/volume/csi/:id/create with body
 // {"Volumes": [...]}, shaped as for a register but without external IDs.
 // A single volume without an ID takes the path's.
@@ -59,7 +54,7 @@ func (s *HTTPServer) csiVolumeCreate(w http.ResponseWriter, r *http.Request) (an
 		return nil, err
 	}
 	setIndex(w, reply.Index)
-	out := csiVolumeCreateReply{Volumes: make([]*csiVolumeView, 0, len(reply.Volumes))}
+	out := api.CSIVolumeCreateResponse{Volumes: make([]*api.CSIVolume, 0, len(reply.Volumes))}
 	plugins := map[string]*structs.CSIPlugin{}
 	for _, v := range reply.Volumes {
 		p, ok := plugins[v.PluginID]
@@ -74,7 +69,7 @@ func (s *HTTPServer) csiVolumeCreate(w http.ResponseWriter, r *http.Request) (an
 			}
 			plugins[v.PluginID] = p
 		}
-		out.Volumes = append(out.Volumes, newCSIVolumeView(v, p))
+		out.Volumes = append(out.Volumes, apiCSIVolume(v, p))
 	}
 	return out, nil
 }
@@ -275,5 +270,5 @@ func (s *HTTPServer) csiVolumeExpand(w http.ResponseWriter, r *http.Request) (an
 	if err := s.rpc(r, "CSIPlugin.Get", &pargs, &preply); err == nil {
 		p = preply.Plugin
 	}
-	return newCSIVolumeView(reply.Volume, p), nil
+	return apiCSIVolume(reply.Volume, p), nil
 }

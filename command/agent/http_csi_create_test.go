@@ -11,7 +11,7 @@ import (
 
 // A dev agent runs no CSI plugin, so these cover routing, input checks and
 // the server's refusals; the round trips against a real plugin are in
-// nomad/csi_volume_create_test.go.
+// nomad/csi_volume_controller_test.go.
 func TestHTTP_CSICreateErrors(t *testing.T) {
 	t.Parallel()
 	a := newDevAgent(t)

@@ -49,7 +49,7 @@ func eventPayload(ev *structs.Event) map[string]any {
 	case *structs.Evaluation:
 		return map[string]any{"Evaluation": p}
 	case *structs.CSIVolume:
-		return map[string]any{"Volume": newCSIVolumeView(p, nil)}
+		return map[string]any{"Volume": apiCSIVolume(p, nil)}
 	case *structs.CSIPlugin:
 		return map[string]any{"Plugin": p}
 	}

@@ -7,43 +7,21 @@ import (
 	"io"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/roamhq/roam/structs"
+	"github.com/roamhq/roam/testutil"
 	"github.com/shoenig/test/must"
 	"github.com/shoenig/test/wait"
 )
-
-// testLogWriter sends agent logs to t.Log until the test's cleanup ends,
-// and drops them after, when t.Log would panic.
-type testLogWriter struct {
-	t    testing.TB
-	mu   sync.Mutex
-	done bool
-}
-
-func (w *testLogWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if !w.done {
-		w.t.Log(strings.TrimRight(string(p), "\n"))
-	}
-	return len(p), nil
-}
 
 // newTestAgent starts an agent from a dev config bound to 127.0.0.1 on
 // kernel-chosen ports with a temp data dir; mutate may change the config
 // first. The agent is shut down when the test ends.
 func newTestAgent(t testing.TB, mutate func(*Config)) *Agent {
 	t.Helper()
-	logs := &testLogWriter{t: t}
-	t.Cleanup(func() {
-		logs.mu.Lock()
-		logs.done = true
-		logs.mu.Unlock()
-	})
+	logs := testutil.NewLogWriter(t)
 	c := DevConfig()
 	c.Name = strings.ReplaceAll(t.Name(), "/", "-")
 	c.BindAddr = "127.0.0.1"

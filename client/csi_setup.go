@@ -1,3 +1,6 @@
+// Setting up the client's CSI side: the plugin manager, the volume
+// manager, and the ClientCSI service the servers call.
+
 package client
 
 import (

@@ -1,3 +1,8 @@
+// The CSIVolume RPCs that drive a controller plugin through the lane:
+// Create, Delete, Unpublish and the snapshot calls (CreateSnapshot,
+// DeleteSnapshot, ListSnapshots). Register, Deregister and the reads are in
+// csi_endpoint.go, Claim in csi_claim.go, Expand in csi_volume_expand.go.
+
 package nomad
 
 import (
