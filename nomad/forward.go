@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -34,9 +35,8 @@ func (s *Server) forward(method string, info structs.RPCInfo, args, reply any) (
 	}
 
 	caller := callerContext(args)
-	ctx, cancel := context.WithTimeout(s.shutdownCtx, s.config.RPCHoldTimeout)
-	defer cancel()
-	defer context.AfterFunc(caller, cancel)()
+	hold := time.NewTimer(s.config.RPCHoldTimeout)
+	defer hold.Stop()
 	for {
 		changed := s.leaderChanged()
 		if s.IsLeader() {
@@ -55,18 +55,21 @@ func (s *Server) forward(method string, info structs.RPCInfo, args, reply any) (
 				return true, err
 			}
 			// The leader was unreachable, or answered that it is stepping
-			// down before applying anything: wait for the next one.
+			// down before applying anything: wait for the next one. A
+			// read abandoned because the leader moved may have waited long
+			// at the old one; the wait for the new one starts now.
+			if errors.Is(err, errLeaderMoved) {
+				hold.Reset(s.config.RPCHoldTimeout)
+			}
 		}
 		select {
 		case <-changed:
 		case <-time.After(jitter(s.config.RPCHoldTimeout/20, 2)):
-		case <-ctx.Done():
-			if s.shutdownCtx.Err() != nil {
-				return true, structs.ErrShutdown
-			}
-			if err := caller.Err(); err != nil {
-				return true, fmt.Errorf("%s: caller gone while waiting for a leader: %w", method, err)
-			}
+		case <-s.shutdownCtx.Done():
+			return true, structs.ErrShutdown
+		case <-caller.Done():
+			return true, fmt.Errorf("%s: caller gone while waiting for a leader: %w", method, caller.Err())
+		case <-hold.C:
 			return true, fmt.Errorf("%w: waited %s for %s", structs.ErrNoLeader, s.config.RPCHoldTimeout, method)
 		}
 	}
@@ -102,6 +105,8 @@ func (s *Server) forwardTo(caller context.Context, addr, method string, info str
 	ctx, cancel := context.WithTimeout(s.shutdownCtx, structs.RPCCallTimeout(info))
 	defer cancel()
 	defer context.AfterFunc(caller, cancel)()
+	moved, stopWatching := s.abandonWhenLeaderMoves(addr, cancel)
+	defer stopWatching()
 	// A blocking query whose caller may leave is named, so that it can be
 	// ended on the leader without closing the connection it shares.
 	cancelID := ""
@@ -118,12 +123,68 @@ func (s *Server) forwardTo(caller context.Context, addr, method string, info str
 	if err != nil && s.shutdownCtx.Err() != nil {
 		return fmt.Errorf("%w: while forwarding %s", structs.ErrShutdown, method)
 	}
+	if err != nil && moved() && caller.Err() == nil {
+		if info.IsRead() {
+			// Safe to send again: forward retries it with the new leader.
+			return fmt.Errorf("%w: %s: %w", structs.ErrNoLeader, method, errLeaderMoved)
+		}
+		// The old leader may have committed it before it was cut off.
+		return fmt.Errorf("%w: %w: %s: %w", structs.ErrNoLeader, structs.ErrOutcomeUnknown, method, errLeaderMoved)
+	}
 	if errors.Is(err, errConnLost) || errors.Is(err, context.DeadlineExceeded) {
 		// Whether the leader ran the call is unknown, so the caller gets a
 		// retryable error instead of a silent second attempt here.
 		return fmt.Errorf("%w: %w", structs.ErrNoLeader, err)
 	}
 	return err
+}
+
+// errLeaderMoved says a forwarded call was abandoned because the server it
+// went to stopped being the leader this server sees.
+var errLeaderMoved = errors.New("the leader changed while the call was forwarded to it")
+
+// abandonWhenLeaderMoves calls abandon once this server has seen a leader
+// other than addr, or none, for longer than the hold timeout. A leader
+// that is cut off from the other servers keeps its connections open but
+// answers nothing: a call forwarded to it would hang until its own timeout
+// (30 s for a write, the blocking time for a read) while the rest of the
+// cluster has a new leader. A client whose heartbeat or allocation query
+// hangs that way is declared down, or never hears that its allocations
+// were stopped. A leader handing over gracefully answers what it holds
+// within that time, so its callers still get their answers. moved reports
+// whether abandon was called; stop ends the watch.
+func (s *Server) abandonWhenLeaderMoves(addr string, abandon func()) (moved func() bool, stop func()) {
+	var gone atomic.Bool
+	done := make(chan struct{})
+	grace := s.config.RPCHoldTimeout
+	go func() {
+		var since time.Time // when the leader was first seen elsewhere
+		for {
+			changed := s.leaderChanged()
+			var expire <-chan time.Time
+			if leader, _ := s.Leader(); leader == addr {
+				since = time.Time{}
+			} else {
+				if since.IsZero() {
+					since = time.Now()
+				}
+				left := grace - time.Since(since)
+				if left <= 0 {
+					gone.Store(true)
+					abandon()
+					return
+				}
+				expire = time.After(left)
+			}
+			select {
+			case <-changed:
+			case <-expire:
+			case <-done:
+				return
+			}
+		}
+	}()
+	return gone.Load, func() { close(done) }
 }
 
 // forwardCancelTimeout bounds a Status.CancelQuery sent for a forwarded
