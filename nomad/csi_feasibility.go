@@ -36,6 +36,9 @@ type volumeChecker struct {
 	// still count (liveClaims), or nil for a volume not registered: it
 	// does not depend on the node asked about.
 	live map[string]*structs.CSIVolume
+	// last is the node-independent part of the placement asked about
+	// last; see FeasibleVolumes.
+	last *placementVolumes
 }
 
 var _ scheduler.VolumeChecker = (*volumeChecker)(nil)
@@ -79,75 +82,168 @@ func claimFor(req *structs.VolumeRequest, nodeID string) *structs.CSIVolumeClaim
 // it. The claim of the allocation being replaced counts until then too:
 // its task may still be inside its kill timeout, writing, so the
 // replacement waits (a blocked evaluation) instead of racing it.
+//
+// The scheduler asks about every candidate node for one placement in a
+// row: what does not depend on the node (which volumes, their free
+// claims, the reasons to give) is resolved once per placement
+// (placementVolumes), and only the node's own part is checked per node.
 func (c *volumeChecker) FeasibleVolumes(node *structs.Node, tg *structs.TaskGroup, allocIndex int, replacing *structs.Allocation) (bool, string) {
 	if len(tg.Volumes) == 0 {
 		return true, ""
+	}
+	pv := c.forPlacement(tg, allocIndex, replacing)
+	for i := range pv.reqs {
+		r := &pv.reqs[i]
+		if r.fail != "" {
+			return false, r.fail
+		}
+		info := node.CSINodePlugins[r.free.PluginID]
+		switch {
+		case info == nil:
+			return false, r.missingPlugin
+		case !info.Healthy:
+			return false, r.unhealthyPlugin
+		}
+		if why := outsideTopology(r.free, info); why != "" {
+			return false, why
+		}
+		err := r.claimErr
+		if !r.claimKnown {
+			claim := r.claim
+			claim.NodeID = node.ID
+			err = r.free.CanClaim(&claim)
+		}
+		if err != nil {
+			if errors.Is(err, structs.ErrCSIMaxClaims) {
+				return false, r.maxClaims
+			}
+			return false, fmt.Sprintf("volume %q: %v", r.id, err)
+		}
+	}
+	for _, pl := range pv.plugins {
+		info := node.CSINodePlugins[pl.id]
+		if info.NodeInfo == nil || info.NodeInfo.MaxVolumes <= 0 {
+			continue
+		}
+		attached, err := c.attachedOnNode(node.ID, pl.id)
+		if err != nil {
+			return false, pl.readFailed
+		}
+		count := len(attached)
+		for _, key := range pl.keys {
+			if !attached[key] {
+				count++
+			}
+		}
+		if int64(count) > info.NodeInfo.MaxVolumes {
+			return false, pl.maxVolumes
+		}
+	}
+	return true, ""
+}
+
+// placementVolumes is what FeasibleVolumes needs for one placement (task
+// group, allocation index, allocation replaced) that does not depend on
+// the node asked about.
+type placementVolumes struct {
+	tg         *structs.TaskGroup
+	allocIndex int
+	replacing  *structs.Allocation
+	// reqs are the group's CSI requests, by volume name: checked in this
+	// order so the reason recorded for a rejection is stable.
+	reqs []resolvedRequest
+	// plugins are the plugins of reqs, by ID, with the volumes the
+	// placement would attach through each, for the MaxVolumes check.
+	plugins []placementPlugin
+}
+
+// resolvedRequest is one CSI volume request of a placement.
+type resolvedRequest struct {
+	// id is the volume ID the request resolves to.
+	id string
+	// fail, when not empty, rejects every node: the volume is not
+	// registered or could not be read. The other fields are then unset.
+	fail string
+	// free is the volume with only its claims that still count.
+	free *structs.CSIVolume
+	// claim is the claim the placement would make, without its node.
+	claim structs.CSIVolumeClaim
+	// claimKnown says claimErr is free.CanClaim(claim) on every node:
+	// with no claim counting, the node does not change the answer.
+	claimKnown bool
+	claimErr   error
+	// Rejection reasons, formatted once.
+	missingPlugin, unhealthyPlugin, maxClaims string
+}
+
+// placementPlugin is a plugin through which a placement attaches volumes.
+type placementPlugin struct {
+	id string
+	// keys are the volumes (namespace/ID) the placement attaches, each once.
+	keys                   []string
+	readFailed, maxVolumes string
+}
+
+// forPlacement returns the node-independent part of the placement's
+// check, built on the first node asked about and kept while the
+// scheduler asks about the same placement.
+func (c *volumeChecker) forPlacement(tg *structs.TaskGroup, allocIndex int, replacing *structs.Allocation) *placementVolumes {
+	if pv := c.last; pv != nil && pv.tg == tg && pv.allocIndex == allocIndex && pv.replacing == replacing {
+		return pv
 	}
 	ns := c.namespace
 	if ns == "" {
 		ns = structs.DefaultNamespace
 	}
-	// newByPlugin collects, per plugin, the volumes this placement would
-	// attach to the node, for the MaxVolumes check below.
-	newByPlugin := make(map[string]map[string]bool)
-	// Sorted, so the reason recorded for a rejection is stable.
+	pv := &placementVolumes{tg: tg, allocIndex: allocIndex, replacing: replacing}
+	byPlugin := make(map[string]map[string]bool)
 	for _, name := range slices.Sorted(maps.Keys(tg.Volumes)) {
 		req := tg.Volumes[name]
 		if req == nil || req.Type != "csi" {
 			continue
 		}
 		id := volumeSource(req, allocIndex)
+		r := resolvedRequest{id: id}
 		vol, free, err := c.volume(ns, id)
-		if err != nil {
-			return false, fmt.Sprintf("volume %q: state read failed", id)
-		}
-		if vol == nil {
-			return false, fmt.Sprintf("volume %q not registered", id)
-		}
-		info := node.CSINodePlugins[vol.PluginID]
 		switch {
-		case info == nil:
-			return false, fmt.Sprintf("missing CSI node plugin %q", vol.PluginID)
-		case !info.Healthy:
-			return false, fmt.Sprintf("unhealthy CSI node plugin %q", vol.PluginID)
+		case err != nil:
+			r.fail = fmt.Sprintf("volume %q: state read failed", id)
+		case vol == nil:
+			r.fail = fmt.Sprintf("volume %q not registered", id)
 		}
-		if why := outsideTopology(vol, info); why != "" {
-			return false, why
+		if r.fail != "" {
+			// Nothing after it is looked at on any node.
+			pv.reqs = append(pv.reqs, r)
+			break
 		}
-		if err := free.CanClaim(claimFor(req, node.ID)); err != nil {
-			if errors.Is(err, structs.ErrCSIMaxClaims) {
-				if replacing != nil && free.Claims[replacing.ID] != nil {
-					return false, fmt.Sprintf("volume %q: waiting for allocation %s to stop", id, replacing.ID)
-				}
-				return false, fmt.Sprintf("volume %q max claims reached", id)
-			}
-			return false, fmt.Sprintf("volume %q: %v", id, err)
+		r.free = free
+		r.claim = *claimFor(req, "")
+		if len(free.Claims) == 0 {
+			r.claimKnown = true
+			r.claimErr = free.CanClaim(&r.claim)
 		}
-		if newByPlugin[vol.PluginID] == nil {
-			newByPlugin[vol.PluginID] = make(map[string]bool)
+		r.missingPlugin = fmt.Sprintf("missing CSI node plugin %q", vol.PluginID)
+		r.unhealthyPlugin = fmt.Sprintf("unhealthy CSI node plugin %q", vol.PluginID)
+		r.maxClaims = fmt.Sprintf("volume %q max claims reached", id)
+		if replacing != nil && free.Claims[replacing.ID] != nil {
+			r.maxClaims = fmt.Sprintf("volume %q: waiting for allocation %s to stop", id, replacing.ID)
 		}
-		newByPlugin[vol.PluginID][vol.Namespace+"/"+vol.ID] = true
+		pv.reqs = append(pv.reqs, r)
+		if byPlugin[vol.PluginID] == nil {
+			byPlugin[vol.PluginID] = make(map[string]bool)
+		}
+		byPlugin[vol.PluginID][vol.Namespace+"/"+vol.ID] = true
 	}
-	for _, pluginID := range slices.Sorted(maps.Keys(newByPlugin)) {
-		info := node.CSINodePlugins[pluginID]
-		if info.NodeInfo == nil || info.NodeInfo.MaxVolumes <= 0 {
-			continue
-		}
-		attached, err := c.attachedOnNode(node.ID, pluginID)
-		if err != nil {
-			return false, fmt.Sprintf("CSI node plugin %q: state read failed", pluginID)
-		}
-		count := len(attached)
-		for key := range newByPlugin[pluginID] {
-			if !attached[key] {
-				count++
-			}
-		}
-		if int64(count) > info.NodeInfo.MaxVolumes {
-			return false, fmt.Sprintf("CSI node plugin %q max volumes reached", pluginID)
-		}
+	for _, id := range slices.Sorted(maps.Keys(byPlugin)) {
+		pv.plugins = append(pv.plugins, placementPlugin{
+			id:         id,
+			keys:       slices.Sorted(maps.Keys(byPlugin[id])),
+			readFailed: fmt.Sprintf("CSI node plugin %q: state read failed", id),
+			maxVolumes: fmt.Sprintf("CSI node plugin %q max volumes reached", id),
+		})
 	}
-	return true, ""
+	c.last = pv
+	return pv
 }
 
 // volume returns the volume ns/id (nil if not registered) and the same
