@@ -120,14 +120,22 @@ func (c *volumeChecker) FeasibleVolumes(node *structs.Node, tg *structs.TaskGrou
 			return false, fmt.Sprintf("volume %q: %v", r.id, err)
 		}
 	}
-	for _, pl := range pv.plugins {
+	for i := range pv.plugins {
+		pl := &pv.plugins[i]
 		info := node.CSINodePlugins[pl.id]
 		if info.NodeInfo == nil || info.NodeInfo.MaxVolumes <= 0 {
 			continue
 		}
-		attached, err := c.attachedOnNode(node.ID, pl.id)
-		if err != nil {
-			return false, pl.readFailed
+		if pl.byNode == nil {
+			byNode, err := c.attachedByNode(pl.id)
+			if err != nil {
+				return false, pl.readFailed
+			}
+			pl.byNode = byNode
+		}
+		var attached map[string]bool
+		if len(pl.byNode) > 0 {
+			attached = pl.byNode[node.ID]
 		}
 		count := len(attached)
 		for _, key := range pl.keys {
@@ -182,6 +190,8 @@ type placementPlugin struct {
 	// keys are the volumes (namespace/ID) the placement attaches, each once.
 	keys                   []string
 	readFailed, maxVolumes string
+	// byNode is attachedByNode(id), once read.
+	byNode map[string]map[string]bool
 }
 
 // forPlacement returns the node-independent part of the placement's
@@ -304,10 +314,10 @@ func (c *volumeChecker) releasable(allocID, nodeID string) bool {
 	return csiclaim.Releasable(a, n)
 }
 
-// attachedOnNode returns the plugin's volumes (namespace/ID) with a claim
-// that still counts on the node. The map is the checker's own: read it,
-// never change it.
-func (c *volumeChecker) attachedOnNode(nodeID, pluginID string) (map[string]bool, error) {
+// attachedByNode returns, per node ID, the plugin's volumes
+// (namespace/ID) with a claim that still counts on the node. The maps are
+// the checker's own: read them, never change them.
+func (c *volumeChecker) attachedByNode(pluginID string) (map[string]map[string]bool, error) {
 	byNode, ok := c.attached[pluginID]
 	if !ok {
 		vols, err := c.snap.CSIVolumesByPlugin(nil, pluginID)
@@ -331,7 +341,7 @@ func (c *volumeChecker) attachedOnNode(nodeID, pluginID string) (map[string]bool
 		}
 		c.attached[pluginID] = byNode
 	}
-	return byNode[nodeID], nil
+	return byNode, nil
 }
 
 // outsideTopology says why a node whose plugin instance is info may not
