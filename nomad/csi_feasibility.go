@@ -41,7 +41,7 @@ type volumeChecker struct {
 	last *placementVolumes
 }
 
-var _ scheduler.VolumeChecker = (*volumeChecker)(nil)
+var _ scheduler.CandidateVolumeChecker = (*volumeChecker)(nil)
 
 // volumeSource is the volume ID a request resolves to for the allocation
 // with index allocIndex.
@@ -92,19 +92,51 @@ func (c *volumeChecker) FeasibleVolumes(node *structs.Node, tg *structs.TaskGrou
 		return true, ""
 	}
 	pv := c.forPlacement(tg, allocIndex, replacing)
+	var buf [2]nodePlugin
+	plugins := buf[:0]
+	for k := range pv.plugins {
+		plugins = append(plugins, nodePluginOf(node, pv.plugins[k].id))
+	}
+	return c.check(pv, node, plugins)
+}
+
+// nodePlugin is what the check reads of a node's instance of a plugin.
+type nodePlugin struct {
+	// info is the node's instance, nil when it has none.
+	info    *structs.CSIInfo
+	healthy bool
+	// maxVolumes is the instance's volume limit; <= 0 is none.
+	maxVolumes int64
+}
+
+func nodePluginOf(node *structs.Node, pluginID string) nodePlugin {
+	info := node.CSINodePlugins[pluginID]
+	np := nodePlugin{info: info}
+	if info != nil {
+		np.healthy = info.Healthy
+		if info.NodeInfo != nil {
+			np.maxVolumes = info.NodeInfo.MaxVolumes
+		}
+	}
+	return np
+}
+
+// check answers FeasibleVolumes for pv on node, whose instances of
+// pv.plugins are plugins (plugins[k] for pv.plugins[k]).
+func (c *volumeChecker) check(pv *placementVolumes, node *structs.Node, plugins []nodePlugin) (bool, string) {
 	for i := range pv.reqs {
 		r := &pv.reqs[i]
 		if r.fail != "" {
 			return false, r.fail
 		}
-		info := node.CSINodePlugins[r.free.PluginID]
+		np := &plugins[r.plugin]
 		switch {
-		case info == nil:
+		case np.info == nil:
 			return false, r.missingPlugin
-		case !info.Healthy:
+		case !np.healthy:
 			return false, r.unhealthyPlugin
 		}
-		if why := outsideTopology(r.free, info); why != "" {
+		if why := outsideTopology(r.free, np.info); why != "" {
 			return false, why
 		}
 		err := r.claimErr
@@ -120,10 +152,10 @@ func (c *volumeChecker) FeasibleVolumes(node *structs.Node, tg *structs.TaskGrou
 			return false, fmt.Sprintf("volume %q: %v", r.id, err)
 		}
 	}
-	for i := range pv.plugins {
-		pl := &pv.plugins[i]
-		info := node.CSINodePlugins[pl.id]
-		if info.NodeInfo == nil || info.NodeInfo.MaxVolumes <= 0 {
+	for k := range pv.plugins {
+		pl := &pv.plugins[k]
+		limit := plugins[k].maxVolumes
+		if limit <= 0 {
 			continue
 		}
 		if pl.byNode == nil {
@@ -143,11 +175,72 @@ func (c *volumeChecker) FeasibleVolumes(node *structs.Node, tg *structs.TaskGrou
 				count++
 			}
 		}
-		if int64(count) > info.NodeInfo.MaxVolumes {
+		if int64(count) > limit {
 			return false, pl.maxVolumes
 		}
 	}
 	return true, ""
+}
+
+// ForNodes implements scheduler.CandidateVolumeChecker: each node's
+// instance of a plugin is read once for the list, and kept in a slice
+// walked in the scheduler's order, instead of looked up in the node's
+// plugin map for every placement (at 5,000 nodes those scattered reads
+// were most of a placement's cost).
+func (c *volumeChecker) ForNodes(nodes []*structs.Node) scheduler.NodeVolumeChecker {
+	return &candidateVolumes{c: c, nodes: nodes, columns: make(map[string][]nodePlugin)}
+}
+
+// candidateVolumes answers for a list of nodes by position.
+type candidateVolumes struct {
+	c     *volumeChecker
+	nodes []*structs.Node
+	// columns holds, per plugin ID, every node's instance of the plugin,
+	// in the order of nodes.
+	columns map[string][]nodePlugin
+	// cols are last's plugins' columns, in last.plugins order.
+	last *placementVolumes
+	cols [][]nodePlugin
+}
+
+// FeasibleVolumesAt implements scheduler.NodeVolumeChecker.
+func (cv *candidateVolumes) FeasibleVolumesAt(i int, tg *structs.TaskGroup, allocIndex int, replacing *structs.Allocation) (bool, string) {
+	if len(tg.Volumes) == 0 {
+		return true, ""
+	}
+	pv := cv.c.forPlacement(tg, allocIndex, replacing)
+	if pv != cv.last {
+		cv.cols = cv.cols[:0]
+		for k := range pv.plugins {
+			cv.cols = append(cv.cols, cv.column(pv.plugins[k].id))
+		}
+		cv.last = pv
+	}
+	var plugins []nodePlugin
+	switch len(cv.cols) {
+	case 0:
+	case 1:
+		plugins = cv.cols[0][i : i+1]
+	default:
+		var buf [4]nodePlugin
+		plugins = buf[:0]
+		for k := range cv.cols {
+			plugins = append(plugins, cv.cols[k][i])
+		}
+	}
+	return cv.c.check(pv, cv.nodes[i], plugins)
+}
+
+func (cv *candidateVolumes) column(pluginID string) []nodePlugin {
+	if col, ok := cv.columns[pluginID]; ok {
+		return col
+	}
+	col := make([]nodePlugin, len(cv.nodes))
+	for i, n := range cv.nodes {
+		col[i] = nodePluginOf(n, pluginID)
+	}
+	cv.columns[pluginID] = col
+	return col
 }
 
 // placementVolumes is what FeasibleVolumes needs for one placement (task
@@ -169,6 +262,9 @@ type placementVolumes struct {
 type resolvedRequest struct {
 	// id is the volume ID the request resolves to.
 	id string
+	// plugin is the position of the volume's plugin in
+	// placementVolumes.plugins.
+	plugin int
 	// fail, when not empty, rejects every node: the volume is not
 	// registered or could not be read. The other fields are then unset.
 	fail string
@@ -251,6 +347,12 @@ func (c *volumeChecker) forPlacement(tg *structs.TaskGroup, allocIndex int, repl
 			readFailed: fmt.Sprintf("CSI node plugin %q: state read failed", id),
 			maxVolumes: fmt.Sprintf("CSI node plugin %q max volumes reached", id),
 		})
+	}
+	for i := range pv.reqs {
+		r := &pv.reqs[i]
+		if r.fail == "" {
+			r.plugin = slices.IndexFunc(pv.plugins, func(pl placementPlugin) bool { return pl.id == r.free.PluginID })
+		}
 	}
 	c.last = pv
 	return pv

@@ -291,6 +291,9 @@ func TestVolumeChecker_OneCheckerManyPlacements(t *testing.T) {
 		snr = structs.CSIAccessModeSingleNodeReader
 	)
 	nodeA, nodeB := csiNode("a"), csiNode("b")
+	unhealthy, noPlugin, full := csiNode("c"), workNode("d"), csiNode("e")
+	unhealthy.CSINodePlugins["hostpath"].Healthy = false
+	full.CSINodePlugins["hostpath"].NodeInfo.MaxVolumes = 1
 	reader := feasAlloc("reader", nodeA.ID, structs.AllocClientStatusRunning)
 	old := feasAlloc("old", nodeB.ID, structs.AllocClientStatusRunning)
 	readClaim := &structs.CSIVolumeClaim{AllocationID: reader.ID, NodeID: nodeA.ID, Mode: structs.CSIVolumeClaimRead,
@@ -321,6 +324,12 @@ func TestVolumeChecker_OneCheckerManyPlacements(t *testing.T) {
 		{name: "free", node: nodeA, tg: free},
 		{name: "another group, same index", node: nodeA, tg: taken, reason: `volume "taken" max claims reached`},
 		{name: "first group again", node: nodeB, tg: free},
+		{name: "unhealthy plugin", node: unhealthy, tg: free, reason: `unhealthy CSI node plugin "hostpath"`},
+		{name: "no plugin", node: noPlugin, tg: free, reason: `missing CSI node plugin "hostpath"`},
+		{name: "two volumes, room for one", node: full, tg: csiGroup(
+			&structs.VolumeRequest{Type: "csi", Source: "free"}, &structs.VolumeRequest{Type: "csi", Source: "vol[0]"}),
+			reason: `CSI node plugin "hostpath" max volumes reached`},
+		{name: "one volume, room for one", node: full, tg: free},
 		// A single-node reader volume read on node a admits another
 		// reader there and nowhere else: the node decides.
 		{name: "reader on the claim's node", node: nodeA, tg: readOnA},
@@ -334,10 +343,17 @@ func TestVolumeChecker_OneCheckerManyPlacements(t *testing.T) {
 			reason: `volume "replaced": waiting for allocation old to stop`},
 		{name: "claimed, nothing replaced again", node: nodeB, tg: replaced, reason: `volume "replaced" max claims reached`},
 	}
+	// Asked node by node, and by position through ForNodes as the
+	// scheduler asks: the same answers.
 	c := &volumeChecker{snap: snap, namespace: structs.DefaultNamespace}
+	nodes := []*structs.Node{nodeA, nodeB, unhealthy, noPlugin, full}
+	byPosition := (&volumeChecker{snap: snap, namespace: structs.DefaultNamespace}).ForNodes(nodes)
 	for round := range 2 {
 		for _, st := range steps {
 			ok, reason := c.FeasibleVolumes(st.node, st.tg, st.index, st.replacing)
+			okAt, reasonAt := byPosition.FeasibleVolumesAt(slices.Index(nodes, st.node), st.tg, st.index, st.replacing)
+			must.Eq(t, ok, okAt, must.Sprintf("round %d, %s: by position", round, st.name))
+			must.Eq(t, reason, reasonAt, must.Sprintf("round %d, %s: by position", round, st.name))
 			if st.reason == "" {
 				must.True(t, ok, must.Sprintf("round %d, %s: %s", round, st.name, reason))
 				must.Eq(t, "", reason)

@@ -182,6 +182,9 @@ type staticFeasibility struct {
 	// than a map lookup by node ID. The entries are the planner's own, so
 	// stops and placements show here too.
 	usage []*nodeUsage
+	// volumes answers for candidates by position when Options.Volumes is
+	// a CandidateVolumeChecker; nil otherwise.
+	volumes NodeVolumeChecker
 }
 
 func (p *planner) staticFor(tg *structs.TaskGroup) (*staticFeasibility, error) {
@@ -204,32 +207,44 @@ func (p *planner) staticFor(tg *structs.TaskGroup) (*staticFeasibility, error) {
 		s.candidates = append(s.candidates, n)
 	}
 	s.usage = make([]*nodeUsage, len(s.candidates))
+	if cv, ok := p.opts.Volumes.(CandidateVolumeChecker); ok {
+		s.volumes = cv.ForNodes(s.candidates)
+	}
 	p.static[tg.Name] = s
 	return s, nil
 }
 
 // fit checks the dynamic feasibility of one node: volumes, then CPU, then
 // memory. It records a rejection in m and returns the node's usage when
-// the node fits. cached, when not nil, is where the node's usage is kept
-// once loaded (staticFeasibility.usage).
-func (p *planner) fit(n *structs.Node, cached **nodeUsage, tg *structs.TaskGroup, ask structs.Resources, idx int, replacing *structs.Allocation, m *structs.AllocMetric) (*nodeUsage, bool, error) {
+// the node fits. When s is not nil, n is s.candidates[i], and the node's
+// usage and volume answers are taken by position from s.
+func (p *planner) fit(n *structs.Node, s *staticFeasibility, i int, tg *structs.TaskGroup, ask structs.Resources, idx int, replacing *structs.Allocation, m *structs.AllocMetric) (*nodeUsage, bool, error) {
 	if p.opts.Volumes != nil {
-		if ok, reason := p.opts.Volumes.FeasibleVolumes(n, tg, idx, replacing); !ok {
+		var (
+			ok     bool
+			reason string
+		)
+		if s != nil && s.volumes != nil {
+			ok, reason = s.volumes.FeasibleVolumesAt(i, tg, idx, replacing)
+		} else {
+			ok, reason = p.opts.Volumes.FeasibleVolumes(n, tg, idx, replacing)
+		}
+		if !ok {
 			m.FilterNode(reason)
 			return nil, false, nil
 		}
 	}
 	var u *nodeUsage
-	if cached != nil {
-		u = *cached
+	if s != nil {
+		u = s.usage[i]
 	}
 	if u == nil {
 		var err error
 		if u, err = p.usageOf(n); err != nil {
 			return nil, false, err
 		}
-		if cached != nil {
-			*cached = u
+		if s != nil {
+			s.usage[i] = u
 		}
 	}
 	switch {
@@ -277,7 +292,7 @@ func (p *planner) selectNode(tg *structs.TaskGroup, idx int, replacing *structs.
 		bestTier  int
 	)
 	for i, n := range s.candidates {
-		u, ok, err := p.fit(n, &s.usage[i], tg, ask, idx, replacing, m)
+		u, ok, err := p.fit(n, s, i, tg, ask, idx, replacing, m)
 		if err != nil {
 			return nil, nil, err
 		}
