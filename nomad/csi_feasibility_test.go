@@ -2,6 +2,7 @@ package nomad
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/shoenig/test/must"
@@ -276,5 +277,91 @@ func BenchmarkFeasibleVolumes_1000NodesWarm(b *testing.B) {
 				b.Fatalf("node %s: %s", n.ID, why)
 			}
 		}
+	}
+}
+
+// The scheduler asks one checker about every node for one placement, then
+// about every node for the next: the part of the answer kept between
+// calls must be the placement's (group, index, replaced allocation), and
+// what depends on the node (a claim on that same node) must still be
+// asked per node.
+func TestVolumeChecker_OneCheckerManyPlacements(t *testing.T) {
+	const (
+		snw = structs.CSIAccessModeSingleNodeWriter
+		snr = structs.CSIAccessModeSingleNodeReader
+	)
+	nodeA, nodeB := csiNode("a"), csiNode("b")
+	unhealthy, noPlugin, full := csiNode("c"), workNode("d"), csiNode("e")
+	unhealthy.CSINodePlugins["hostpath"].Healthy = false
+	full.CSINodePlugins["hostpath"].NodeInfo.MaxVolumes = 1
+	reader := feasAlloc("reader", nodeA.ID, structs.AllocClientStatusRunning)
+	old := feasAlloc("old", nodeB.ID, structs.AllocClientStatusRunning)
+	readClaim := &structs.CSIVolumeClaim{AllocationID: reader.ID, NodeID: nodeA.ID, Mode: structs.CSIVolumeClaimRead,
+		AccessMode: snr, AttachmentMode: structs.CSIAttachmentModeFilesystem, State: structs.CSIVolumeClaimStateTaken}
+	vols := []*structs.CSIVolume{
+		feasVolume("free", snw),
+		feasVolume("taken", snw, writeClaim(reader.ID, nodeA.ID, snw)),
+		feasVolume("read-on-a", snr, readClaim),
+		feasVolume("replaced", snw, writeClaim(old.ID, nodeB.ID, snw)),
+		feasVolume("vol[0]", snw),
+	}
+	snap := feasSnapshot(t, []*structs.Allocation{reader, old}, vols, nodeA, nodeB)
+
+	free := csiGroup(&structs.VolumeRequest{Type: "csi", Source: "free"})
+	taken := csiGroup(&structs.VolumeRequest{Type: "csi", Source: "taken"})
+	readOnA := csiGroup(&structs.VolumeRequest{Type: "csi", Source: "read-on-a", ReadOnly: true, AccessMode: snr})
+	replaced := csiGroup(&structs.VolumeRequest{Type: "csi", Source: "replaced"})
+	perAlloc := csiGroup(&structs.VolumeRequest{Type: "csi", Source: "vol", PerAlloc: true})
+
+	steps := []struct {
+		name      string
+		node      *structs.Node
+		tg        *structs.TaskGroup
+		index     int
+		replacing *structs.Allocation
+		reason    string // empty: feasible
+	}{
+		{name: "free", node: nodeA, tg: free},
+		{name: "another group, same index", node: nodeA, tg: taken, reason: `volume "taken" max claims reached`},
+		{name: "first group again", node: nodeB, tg: free},
+		{name: "unhealthy plugin", node: unhealthy, tg: free, reason: `unhealthy CSI node plugin "hostpath"`},
+		{name: "no plugin", node: noPlugin, tg: free, reason: `missing CSI node plugin "hostpath"`},
+		{name: "two volumes, room for one", node: full, tg: csiGroup(
+			&structs.VolumeRequest{Type: "csi", Source: "free"}, &structs.VolumeRequest{Type: "csi", Source: "vol[0]"}),
+			reason: `CSI node plugin "hostpath" max volumes reached`},
+		{name: "one volume, room for one", node: full, tg: free},
+		// A single-node reader volume read on node a admits another
+		// reader there and nowhere else: the node decides.
+		{name: "reader on the claim's node", node: nodeA, tg: readOnA},
+		{name: "reader on another node", node: nodeB, tg: readOnA, reason: `volume "read-on-a" max claims reached`},
+		{name: "reader on the claim's node again", node: nodeA, tg: readOnA},
+		{name: "per alloc index 0", node: nodeA, tg: perAlloc},
+		{name: "per alloc index 1", node: nodeA, tg: perAlloc, index: 1, reason: `volume "vol[1]" not registered`},
+		{name: "per alloc index 0 again", node: nodeB, tg: perAlloc},
+		{name: "claimed, nothing replaced", node: nodeA, tg: replaced, reason: `volume "replaced" max claims reached`},
+		{name: "claimed by the replaced alloc", node: nodeA, tg: replaced, replacing: old,
+			reason: `volume "replaced": waiting for allocation old to stop`},
+		{name: "claimed, nothing replaced again", node: nodeB, tg: replaced, reason: `volume "replaced" max claims reached`},
+	}
+	// Asked node by node, and by position through ForNodes as the
+	// scheduler asks: the same answers.
+	c := &volumeChecker{snap: snap, namespace: structs.DefaultNamespace}
+	nodes := []*structs.Node{nodeA, nodeB, unhealthy, noPlugin, full}
+	byPosition := (&volumeChecker{snap: snap, namespace: structs.DefaultNamespace}).ForNodes(nodes)
+	for round := range 2 {
+		for _, st := range steps {
+			ok, reason := c.FeasibleVolumes(st.node, st.tg, st.index, st.replacing)
+			okAt, reasonAt := byPosition.FeasibleVolumesAt(slices.Index(nodes, st.node), st.tg, st.index, st.replacing)
+			must.Eq(t, ok, okAt, must.Sprintf("round %d, %s: by position", round, st.name))
+			must.Eq(t, reason, reasonAt, must.Sprintf("round %d, %s: by position", round, st.name))
+			if st.reason == "" {
+				must.True(t, ok, must.Sprintf("round %d, %s: %s", round, st.name, reason))
+				must.Eq(t, "", reason)
+				continue
+			}
+			must.False(t, ok, must.Sprintf("round %d, %s", round, st.name))
+			must.Eq(t, st.reason, reason, must.Sprintf("round %d, %s", round, st.name))
+		}
+		slices.Reverse(steps)
 	}
 }

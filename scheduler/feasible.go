@@ -177,6 +177,14 @@ func staticCheck(job *structs.Job, tg *structs.TaskGroup, n *structs.Node) (ok b
 type staticFeasibility struct {
 	candidates []*structs.Node
 	metric     *structs.AllocMetric
+	// usage[i] is candidates[i]'s entry in planner.usage once loaded:
+	// every placement walks every candidate, and a slice index is cheaper
+	// than a map lookup by node ID. The entries are the planner's own, so
+	// stops and placements show here too.
+	usage []*nodeUsage
+	// volumes answers for candidates by position when Options.Volumes is
+	// a CandidateVolumeChecker; nil otherwise.
+	volumes NodeVolumeChecker
 }
 
 func (p *planner) staticFor(tg *structs.TaskGroup) (*staticFeasibility, error) {
@@ -198,23 +206,46 @@ func (p *planner) staticFor(tg *structs.TaskGroup) (*staticFeasibility, error) {
 		}
 		s.candidates = append(s.candidates, n)
 	}
+	s.usage = make([]*nodeUsage, len(s.candidates))
+	if cv, ok := p.opts.Volumes.(CandidateVolumeChecker); ok {
+		s.volumes = cv.ForNodes(s.candidates)
+	}
 	p.static[tg.Name] = s
 	return s, nil
 }
 
 // fit checks the dynamic feasibility of one node: volumes, then CPU, then
 // memory. It records a rejection in m and returns the node's usage when
-// the node fits.
-func (p *planner) fit(n *structs.Node, tg *structs.TaskGroup, ask structs.Resources, idx int, replacing *structs.Allocation, m *structs.AllocMetric) (*nodeUsage, bool, error) {
+// the node fits. When s is not nil, n is s.candidates[i], and the node's
+// usage and volume answers are taken by position from s.
+func (p *planner) fit(n *structs.Node, s *staticFeasibility, i int, tg *structs.TaskGroup, ask structs.Resources, idx int, replacing *structs.Allocation, m *structs.AllocMetric) (*nodeUsage, bool, error) {
 	if p.opts.Volumes != nil {
-		if ok, reason := p.opts.Volumes.FeasibleVolumes(n, tg, idx, replacing); !ok {
+		var (
+			ok     bool
+			reason string
+		)
+		if s != nil && s.volumes != nil {
+			ok, reason = s.volumes.FeasibleVolumesAt(i, tg, idx, replacing)
+		} else {
+			ok, reason = p.opts.Volumes.FeasibleVolumes(n, tg, idx, replacing)
+		}
+		if !ok {
 			m.FilterNode(reason)
 			return nil, false, nil
 		}
 	}
-	u, err := p.usageOf(n)
-	if err != nil {
-		return nil, false, err
+	var u *nodeUsage
+	if s != nil {
+		u = s.usage[i]
+	}
+	if u == nil {
+		var err error
+		if u, err = p.usageOf(n); err != nil {
+			return nil, false, err
+		}
+		if s != nil {
+			s.usage[i] = u
+		}
 	}
 	switch {
 	case u.usedCPU+ask.CPU > u.capCPU:
@@ -260,8 +291,8 @@ func (p *planner) selectNode(tg *structs.TaskGroup, idx int, replacing *structs.
 		bestScore float64
 		bestTier  int
 	)
-	for _, n := range s.candidates {
-		u, ok, err := p.fit(n, tg, ask, idx, replacing, m)
+	for i, n := range s.candidates {
+		u, ok, err := p.fit(n, s, i, tg, ask, idx, replacing, m)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -269,7 +300,10 @@ func (p *planner) selectNode(tg *structs.TaskGroup, idx int, replacing *structs.
 			continue
 		}
 		sc := score(u, ask, u.groups[key], tg.Count)
-		tier := penalised[n.ID]
+		tier := 0
+		if len(penalised) > 0 {
+			tier = penalised[n.ID]
+		}
 		// Candidates are walked by ID, so keeping the first of equals
 		// makes the lowest node ID the final tie-break.
 		if best == nil || tier < bestTier || (tier == bestTier && sc > bestScore) {

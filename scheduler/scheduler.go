@@ -37,6 +37,25 @@ type VolumeChecker interface {
 	FeasibleVolumes(node *structs.Node, tg *structs.TaskGroup, allocIndex int, replacing *structs.Allocation) (ok bool, reason string)
 }
 
+// CandidateVolumeChecker is a VolumeChecker that answers faster when it
+// is given a list of nodes up front: it can read what it needs of every
+// node once per evaluation instead of once per placement and node. The
+// scheduler hands it each group's candidate nodes and then asks about
+// them by position.
+type CandidateVolumeChecker interface {
+	VolumeChecker
+	// ForNodes returns a checker for nodes. The caller changes neither
+	// the slice nor the nodes while it uses the checker.
+	ForNodes(nodes []*structs.Node) NodeVolumeChecker
+}
+
+// NodeVolumeChecker answers for the nodes it was made for.
+type NodeVolumeChecker interface {
+	// FeasibleVolumesAt is FeasibleVolumes for the i-th node: the same
+	// answer and reason.
+	FeasibleVolumesAt(i int, tg *structs.TaskGroup, allocIndex int, replacing *structs.Allocation) (ok bool, reason string)
+}
+
 // Options are Process's injected dependencies.
 type Options struct {
 	// Now is the scheduler's clock; required.
@@ -45,6 +64,7 @@ type Options struct {
 	// deterministic sequence.
 	NewID func() string
 	// Volumes checks CSI volume feasibility; nil means no volume check.
+	// One that is also a CandidateVolumeChecker is asked through that.
 	Volumes VolumeChecker
 	// Limits bound the jobs Process places; nil means
 	// structs.DefaultJobLimits. Servers refuse to register a job over

@@ -100,7 +100,7 @@ func (p *planner) systemPlace(tg *structs.TaskGroup, occupied map[string]bool) e
 			continue
 		}
 		m := &structs.AllocMetric{NodesEvaluated: 1, NodesAvailable: map[string]int{n.Datacenter: 1}}
-		_, ok, err := p.fit(n, tg, ask, 0, nil, m)
+		_, ok, err := p.fit(n, nil, 0, tg, ask, 0, nil, m)
 		if err != nil {
 			return err
 		}
