@@ -25,6 +25,10 @@ import (
 // failed handoff never leaves a leader without its duties. A follower has
 // nothing to hand over and gets ErrNoLeader; a lone voter gets
 // errNoTransferTarget before anything is stopped.
+//
+// It runs in the caller's goroutine, never in the leadership owner's: it
+// claims the duties from the owner, asks it to stop them, and releases
+// them when done, and Raft's notifications are read meanwhile.
 func (s *Server) handoff(ctx context.Context, peerID, peerAddr string, resume bool) (id, addr string, err error) {
 	// A second handoff (a signal during the operator's) waits for the
 	// first, then finds this server a follower.
