@@ -173,6 +173,10 @@ type Config struct {
 	// leaderDutyFault, when set (tests only), fails a new leader's duties
 	// with the error it returns.
 	leaderDutyFault func() error
+	// schedulerPassHook, when set (tests only), runs at the start of
+	// every scheduler pass; a test blocks in it to stand for a long pass
+	// that does not look at its context.
+	schedulerPassHook func()
 }
 
 // FreeClaimsAfter is the shortest time from a node's last heartbeat to the

@@ -6,6 +6,11 @@
 // transitions are decided in the csiclaim sub-package, without I/O; see
 // docs/architecture.md for how the parts fit together.
 //
+// One goroutine, the leadership owner (leadership.go), decides when the
+// leader's duties start and stop; Raft's notifications, handoffs, snapshot
+// restores and failed duties reach it as messages, and it never waits on
+// Raft, an RPC or the duties themselves.
+//
 // A server normally listens on TCP and carries Raft on its RPC port.
 // Config.Listener, Config.Dial and Config.RaftTransport put it on another
 // network instead; the unit tests use that to run clusters in memory and

@@ -207,17 +207,14 @@ func (s *Server) cancelForwarded(addr, id string) {
 
 // leaderChanged returns a channel closed at the next observed leader change.
 func (s *Server) leaderChanged() <-chan struct{} {
-	s.leaderChangeMu.Lock()
-	defer s.leaderChangeMu.Unlock()
-	return s.leaderChangeCh
+	return *s.leaderChangeCh.Load()
 }
 
-// notifyLeaderChange wakes everything waiting for a leader.
+// notifyLeaderChange wakes everything waiting for a leader. Only the
+// leadership owner calls it, so the swap needs no lock.
 func (s *Server) notifyLeaderChange() {
-	s.leaderChangeMu.Lock()
-	defer s.leaderChangeMu.Unlock()
-	close(s.leaderChangeCh)
-	s.leaderChangeCh = make(chan struct{})
+	next := make(chan struct{})
+	close(*s.leaderChangeCh.Swap(&next))
 }
 
 // raftApply commits msg through Raft and returns the FSM's response and

@@ -25,22 +25,25 @@ import (
 // failed handoff never leaves a leader without its duties. A follower has
 // nothing to hand over and gets ErrNoLeader; a lone voter gets
 // errNoTransferTarget before anything is stopped.
+//
+// It runs in the caller's goroutine, never in the leadership owner's: it
+// claims the duties from the owner, asks it to stop them, and releases
+// them when done, and Raft's notifications are read meanwhile.
 func (s *Server) handoff(ctx context.Context, peerID, peerAddr string, resume bool) (id, addr string, err error) {
 	// A second handoff (a signal during the operator's) waits for the
 	// first, then finds this server a follower.
-	if err := s.claimHandoff(ctx); err != nil {
+	if err := s.claimLeadership(ctx); err != nil {
 		return "", "", err
 	}
-	defer s.releaseHandoff()
 	if !s.IsLeader() {
+		s.releaseLeadership(ctx, false, false)
 		return "", "", structs.ErrNoLeader
 	}
 	target, err := s.transferTarget(peerID, peerAddr)
 	if err != nil {
+		s.releaseLeadership(ctx, false, false)
 		return "", "", err
 	}
-	s.handingOff.Store(true)
-	defer s.handingOff.Store(false)
 	start := time.Now()
 	s.logger.Info("leadership handoff started", "target", transferTargetName(target))
 	metrics.IncrCounter([]string{"leader", "handoff", "started"}, 1)
@@ -52,10 +55,12 @@ func (s *Server) handoff(ctx context.Context, peerID, peerAddr string, resume bo
 	// the transfer would be refused, and the next leader would redo a
 	// publish that already happened.
 	clock := newStepClock(handoffGauge, start)
-	lanes := s.revokeLeadership()
-	clock.step(stepRevoke)
-	s.drainInFlight(ctx, start, lanes)
-	clock.step(stepDrain)
+	t, err := s.stopDuties(ctx)
+	if err != nil {
+		s.releaseLeadership(ctx, false, false)
+		return "", "", fmt.Errorf("leadership handoff: %w", err)
+	}
+	s.stopAndDrain(ctx, start, t, clock)
 	// Followers learn of the last write now rather than at the next
 	// heartbeat, so the new leader's leaderless gap starts when this
 	// leader stopped, not up to a heartbeat earlier.
@@ -70,13 +75,16 @@ func (s *Server) handoff(ctx context.Context, peerID, peerAddr string, resume bo
 	clock.step(stepTransfer)
 	if err != nil {
 		err = fmt.Errorf("leadership handoff: %w", err)
-		if resume && s.IsLeader() {
+		restart := resume && s.IsLeader()
+		if restart {
 			s.logger.Error("handoff failed; this server still leads and resumes its duties", "error", err)
-			s.handingOff.Store(false)
-			s.establishLeadership(false)
 		}
+		s.releaseLeadership(ctx, restart, false)
 		return "", "", err
 	}
+	// Should Raft have made this server leader again meanwhile, its duties
+	// start: a leader is never left without them.
+	s.releaseLeadership(ctx, true, false)
 	metrics.MeasureSince([]string{"leader", "handoff", "total"}, start)
 	setMillis(handoffGauge(stepTotal), time.Since(start))
 	// Last, so that whoever sees the count move reads this handoff's gauges.
@@ -85,40 +93,32 @@ func (s *Server) handoff(ctx context.Context, peerID, peerAddr string, resume bo
 	return id, addr, nil
 }
 
-// claimHandoff waits until no other handoff runs, or ctx ends, and marks
-// one as running; releaseHandoff ends it. The mutex is held only to look
-// at and swap the channel, never while waiting or handing over.
-func (s *Server) claimHandoff(ctx context.Context) error {
-	for {
-		s.handoffMu.Lock()
-		running := s.handoffRunning
-		if running == nil {
-			s.handoffRunning = make(chan struct{})
-		}
-		s.handoffMu.Unlock()
-		if running == nil {
-			return nil
-		}
-		select {
-		case <-running:
-		case <-ctx.Done():
-			return fmt.Errorf("waiting for the handoff under way: %w", ctx.Err())
-		}
+// stopAndDrain waits, bounded by LeaveDrainTimeout, for term t (stopped by
+// the caller; nil if none) to end its goroutines, then for the controller
+// calls in its lanes and the claim transitions around them to finish.
+// clock, if set, times the two waits as the handoff's revoke and drain.
+func (s *Server) stopAndDrain(ctx context.Context, start time.Time, t *leaderTerm, clock *stepClock) {
+	dctx, cancel := context.WithTimeout(ctx, s.config.LeaveDrainTimeout)
+	defer cancel()
+	if err := waitStopped(dctx, t); err != nil {
+		s.logger.Warn("leader duties did not all stop before the drain timeout; draining anyway", "error", err)
+	}
+	if clock != nil {
+		clock.step(stepRevoke)
+	}
+	var lanes *controllerLanes
+	if t != nil {
+		lanes = t.lanes
+	}
+	s.drainInFlight(dctx, start, lanes)
+	if clock != nil {
+		clock.step(stepDrain)
 	}
 }
 
-func (s *Server) releaseHandoff() {
-	s.handoffMu.Lock()
-	defer s.handoffMu.Unlock()
-	close(s.handoffRunning)
-	s.handoffRunning = nil
-}
-
-// drainInFlight waits, bounded by LeaveDrainTimeout, for the controller
-// calls in lanes and the claim transitions around them to finish.
-func (s *Server) drainInFlight(ctx context.Context, start time.Time, lanes *controllerLanes) {
-	dctx, cancel := context.WithTimeout(ctx, s.config.LeaveDrainTimeout)
-	defer cancel()
+// drainInFlight waits, bounded by dctx, for the controller calls in lanes
+// and the claim transitions around them to finish.
+func (s *Server) drainInFlight(dctx context.Context, start time.Time, lanes *controllerLanes) {
 	var calls int
 	var err error
 	if lanes != nil {
@@ -206,32 +206,6 @@ func (s *Server) transferLeadership(ctx context.Context, target *raft.Server) (s
 			return "", "", fmt.Errorf("waiting for the new leader: %w", ctx.Err())
 		}
 	}
-}
-
-// stepDown hands leadership over because a leader duty cannot run. It runs
-// apart from the leadership monitor, which must keep reading Raft's
-// notifications while the handoff waits for a new leader. Should the
-// handoff fail while this server still leads, it tries its duties again
-// after a pause, so a lasting fault cannot spin.
-func (s *Server) stepDown(reason error) {
-	s.logger.Error("leader duty failed; handing leadership over", "error", reason)
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		_, _, err := s.handoff(s.shutdownCtx, "", "", false)
-		if err == nil || errors.Is(err, structs.ErrNoLeader) {
-			return
-		}
-		s.logger.Error("step down after a failed leader duty", "error", err)
-		select {
-		case <-time.After(jitter(time.Second, 2)):
-		case <-s.shutdownCtx.Done():
-			return
-		}
-		if s.IsLeader() {
-			s.establishLeadership(false)
-		}
-	}()
 }
 
 // leave removes this server from the Raft configuration by asking the

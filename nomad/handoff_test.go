@@ -319,34 +319,39 @@ func TestHandoff_LoneServerDrainsOnShutdown(t *testing.T) {
 }
 
 // One handoff at a time: a second waits for the first (as long as its
-// context allows) instead of running alongside it, and nothing is held
-// while it waits.
+// context allows) instead of running alongside it. The leadership owner
+// serializes them; it goes on answering (here, a third caller's claim
+// that gives up) while one waits.
 func TestHandoff_OneAtATime(t *testing.T) {
-	s := &Server{}
-	must.NoError(t, s.claimHandoff(context.Background()))
+	s := testServer(t, nil)
+	waitForLeaderDuties(t, s)
+	must.NoError(t, s.claimLeadership(context.Background()))
 
 	short, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	t.Cleanup(cancel)
-	err := s.claimHandoff(short)
+	err := s.claimLeadership(short)
 	must.ErrorIs(t, err, context.DeadlineExceeded, must.Sprint("a second handoff ran alongside the first"))
 
 	second := make(chan error, 1)
-	go func() { second <- s.claimHandoff(context.Background()) }()
+	go func() { second <- s.claimLeadership(context.Background()) }()
 	select {
 	case err := <-second:
 		t.Fatalf("second handoff started while the first ran: %v", err)
 	default:
 	}
-	// The mutex is free while the second waits.
-	must.True(t, s.handoffMu.TryLock(), must.Sprint("handoffMu held while a handoff waits"))
-	s.handoffMu.Unlock()
+	// The owner still answers while the second waits.
+	short2, cancel2 := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	t.Cleanup(cancel2)
+	must.ErrorIs(t, s.claimLeadership(short2), context.DeadlineExceeded)
+	must.Eq(t, stateLeading, s.currentLeaderState(), must.Sprint("a claim alone must not stop the duties"))
 
-	s.releaseHandoff()
+	s.releaseLeadership(context.Background(), false, false)
 	select {
 	case err := <-second:
 		must.NoError(t, err)
 	case <-time.After(10 * time.Second):
 		t.Fatal("second handoff still waiting after the first ended")
 	}
-	s.releaseHandoff()
+	s.releaseLeadership(context.Background(), false, false)
+	must.NotNil(t, s.lanes.Load(), must.Sprint("claims that stopped nothing changed the duties"))
 }

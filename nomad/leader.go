@@ -10,44 +10,12 @@ import (
 	"github.com/hashicorp/raft"
 )
 
-// monitorLeadership starts the leader's duties when this server gains
-// leadership and stops them when it loses it, and wakes requests waiting
-// for a leader whenever the observed leader changes.
-func (s *Server) monitorLeadership() {
-	obsCh := make(chan raft.Observation, 16)
-	observer := raft.NewObserver(obsCh, false, func(o *raft.Observation) bool {
-		_, ok := o.Data.(raft.LeaderObservation)
-		return ok
-	})
-	s.raft.RegisterObserver(observer)
-	defer s.raft.DeregisterObserver(observer)
-
-	for {
-		select {
-		case isLeader := <-s.raftNotifyCh:
-			if isLeader {
-				s.establishLeadership(true)
-			} else {
-				s.revokeLeadership()
-			}
-			s.notifyLeaderChange()
-		case obs := <-obsCh:
-			lo := obs.Data.(raft.LeaderObservation)
-			s.logger.Debug("leader observed", "leader", lo.LeaderAddr, "leader_id", lo.LeaderID)
-			s.leadership.observe(string(lo.LeaderID), string(lo.LeaderAddr), time.Now())
-			s.notifyLeaderChange()
-		case <-s.shutdownCtx.Done():
-			return
-		}
-	}
-}
-
-// establishLeadership waits until the FSM has applied everything the
-// previous leader committed, then opens the leader's duties under a
-// context that revokeLeadership cancels. newTerm is set when Raft has just
-// made this server leader (and not when duties resume after a failed
-// handoff), which is when a leaderless gap ended. It does nothing while a
-// handoff runs, or once this server no longer leads.
+// establishTerm is a new term's first step, run in the term's own
+// goroutine: it waits until the previous term's duties have all returned
+// (normally long since), then until the FSM has applied everything the
+// previous leader committed, and reads (or, on a new cluster, writes) the
+// cluster ID. It reports to the leadership owner, which opens the duties
+// (openDuties). Nothing here holds a lock.
 //
 // Until the duties are open the cluster has no serving leader, so only
 // what callers need goes first, and nothing on that path reads all of the
@@ -56,110 +24,110 @@ func (s *Server) monitorLeadership() {
 // for every known node and queueing the pending evaluations again follow
 // in finishTakeover, once callers are served. Each step is a gauge (see
 // leader_metrics.go).
-func (s *Server) establishLeadership(newTerm bool) {
-	// Raft stops updating the last contact once this server campaigns, so
-	// it is the last time the previous leader was heard from.
-	lastContact := s.raft.LastContact()
-	start := time.Now()
-	clock := newStepClock(takeoverGauge, start)
+func (s *Server) establishTerm(t *leaderTerm, prev <-chan struct{}) {
 	s.logger.Info("cluster leadership acquired")
-	if err := s.leaderBarrier(); err != nil {
-		// Without the barrier this leader's view may be stale, and a leader
-		// without duties would refuse every client: hand over instead.
-		if s.shutdownCtx.Err() == nil {
-			s.stepDown(fmt.Errorf("barrier after election: %w", err))
+	ev := leaderEvent{kind: evEstablished, term: t}
+	if prev != nil {
+		// Two terms' duties never run at once. A duty of the previous term
+		// that ignores its context (a long scheduler pass) must not keep
+		// this server leading without duties: after the hold timeout, the
+		// time a request waits for a leader, it hands over instead.
+		hold := time.NewTimer(s.config.RPCHoldTimeout)
+		select {
+		case <-prev:
+			hold.Stop()
+		case <-hold.C:
+			ev.err = fmt.Errorf("%w after %s", errPreviousTermRunning, s.config.RPCHoldTimeout)
+			s.sendLeaderEvent(ev)
+			return
+		case <-t.ctx.Done():
+			hold.Stop()
+			return
 		}
+	}
+	if err := s.leaderBarrier(t.ctx); err != nil {
+		ev.err = fmt.Errorf("barrier after election: %w", err)
+		s.sendLeaderEvent(ev)
 		return
 	}
-	clock.step(stepBarrier)
-	// Before any duty starts, and outside leaderMu. Once a leader serves,
-	// its cluster has an ID: a read, except on a new cluster, where it is
-	// a Raft apply; should that write fail, a duty below retries it.
-	// Recording a known ID in the data dir (a file written and synced)
-	// waits until the duties are open.
-	var clusterIDErr error
-	hasID := s.hasClusterID()
-	if !hasID {
-		clusterIDErr = s.writeClusterID()
+	t.clock.step(stepBarrier)
+	// Before any duty starts. Once a leader serves, its cluster has an ID:
+	// a read, except on a new cluster, where it is a Raft apply; should
+	// that write fail, a duty retries it. Recording a known ID in the data
+	// dir (a file written and synced) waits until the duties are open.
+	ev.hasID = s.hasClusterID()
+	if !ev.hasID {
+		ev.clusterIDErr = s.writeClusterID()
 	}
-	clock.step(stepClusterID)
+	t.clock.step(stepClusterID)
+	s.sendLeaderEvent(ev)
+}
 
-	s.leaderMu.Lock()
-	defer s.leaderMu.Unlock()
-	if s.leaderCancel != nil {
-		return // already leading
-	}
-	if s.handingOff.Load() || !s.IsLeader() {
-		// Checked under leaderMu: a handoff revokes under it too, and a
-		// lost leadership's revoke waits for it.
-		return
-	}
-	ctx, cancel := context.WithCancel(s.shutdownCtx)
-	s.leaderCancel = cancel
+// openDuties starts term t's duties under its context. Only the leadership
+// owner calls it, once t's establishing step succeeded: it starts
+// goroutines and stores the lanes, and waits on nothing.
+func (s *Server) openDuties(t *leaderTerm, hasID bool, clusterIDErr error) {
+	ctx, clock := t.ctx, t.clock
 	switch {
 	case hasID:
-		s.leaderWG.Add(1)
+		t.wg.Add(1)
 		go func() {
-			defer s.leaderWG.Done()
+			defer t.wg.Done()
 			s.syncClusterID()
 		}()
 	case clusterIDErr != nil:
-		s.leaderWG.Add(1)
+		t.wg.Add(1)
 		go func() {
-			defer s.leaderWG.Done()
+			defer t.wg.Done()
 			s.ensureClusterID(ctx)
 		}()
 	}
 
-	s.lanes.Store(newControllerLanes(ctx, csiCallTimeout, s.logger))
+	t.lanes = newControllerLanes(ctx, csiCallTimeout, s.logger)
+	s.lanes.Store(t.lanes)
 	clock.step(stepLanes)
-	s.heartbeats.start(ctx, &s.leaderWG)
+	s.heartbeats.start(ctx, &t.wg)
 	clock.step(stepHeartbeats)
-	s.leaderWG.Add(1)
+	t.wg.Add(1)
 	go func() {
-		defer s.leaderWG.Done()
+		defer t.wg.Done()
 		s.runVolumeWatcher(ctx)
 	}()
-	if s.reconcileRestored.Swap(false) {
-		s.leaderWG.Add(1)
+	if t.reconcile {
+		t.wg.Add(1)
 		go func() {
-			defer s.leaderWG.Done()
+			defer t.wg.Done()
 			s.runRestoreReconcile(ctx)
 		}()
 	}
 	clock.step(stepWatcher)
 	s.broker.setEnabled(true)
 	clock.step(stepBroker)
-	s.leaderWG.Add(1)
+	t.wg.Add(1)
 	go func() {
-		defer s.leaderWG.Done()
+		defer t.wg.Done()
 		s.runDrainer(ctx)
 	}()
-	s.leaderWG.Add(1)
+	t.wg.Add(1)
 	go func() {
-		defer s.leaderWG.Done()
+		defer t.wg.Done()
 		s.reconcileLoop(ctx)
 	}()
 	clock.step(stepDrainer)
-	if f := s.config.leaderDutyFault; f != nil {
-		if err := f(); err != nil {
-			s.stepDown(err)
-		}
-	}
 	opened := time.Now()
-	setMillis(takeoverGauge(stepDutiesOpen), opened.Sub(start))
-	if newTerm {
-		s.reportLeaderlessGap(lastContact, opened)
+	setMillis(takeoverGauge(stepDutiesOpen), opened.Sub(t.start))
+	if t.newTerm {
+		s.reportLeaderlessGap(t.lastContact, opened)
 	} else {
 		s.logger.Info("leader duties started")
 	}
 	// Last, so that whoever sees the count move reads this takeover's gauges.
 	metrics.IncrCounter(metricDutiesStarted, 1)
 
-	s.leaderWG.Add(1)
+	t.wg.Add(1)
 	go func() {
-		defer s.leaderWG.Done()
-		s.finishTakeover(ctx, opened)
+		defer t.wg.Done()
+		s.finishTakeover(t, opened)
 	}()
 }
 
@@ -169,20 +137,21 @@ func (s *Server) establishLeadership(newTerm bool) {
 // bounded time), queues every pending evaluation again, and then starts the
 // scheduler workers, so an evaluation queued meanwhile is not scheduled
 // twice.
-func (s *Server) finishTakeover(ctx context.Context, opened time.Time) {
+func (s *Server) finishTakeover(t *leaderTerm, opened time.Time) {
+	ctx := t.ctx
 	clock := newStepClock(takeoverGauge, opened)
 	if err := s.heartbeats.armKnown(ctx); err != nil {
 		if ctx.Err() == nil {
 			// A leader that cannot watch its nodes would never free a dead
 			// node's claims: hand over to one that can.
-			s.stepDown(fmt.Errorf("arm heartbeat timers: %w", err))
+			s.dutyFailed(t, fmt.Errorf("arm heartbeat timers: %w", err))
 		}
 		return
 	}
 	clock.step(stepTimers)
 	if err := s.restoreEvals(); err != nil {
 		if ctx.Err() == nil {
-			s.stepDown(fmt.Errorf("queue pending evaluations: %w", err))
+			s.dutyFailed(t, fmt.Errorf("queue pending evaluations: %w", err))
 		}
 		return
 	}
@@ -194,17 +163,17 @@ func (s *Server) finishTakeover(ctx context.Context, opened time.Time) {
 	if ctx.Err() != nil {
 		return
 	}
-	// leaderWG counts this goroutine, so adding to it here cannot race
-	// revokeLeadership's Wait.
-	s.leaderWG.Add(1)
+	// t.wg counts this goroutine, so adding to it here cannot race the
+	// Wait that ends the term.
+	t.wg.Add(1)
 	go func() {
-		defer s.leaderWG.Done()
+		defer t.wg.Done()
 		s.runPlanApplier(ctx)
 	}()
 	for range schedulerWorkers {
-		s.leaderWG.Add(1)
+		t.wg.Add(1)
 		go func() {
-			defer s.leaderWG.Done()
+			defer t.wg.Done()
 			s.runWorker(ctx)
 		}()
 	}
@@ -229,43 +198,24 @@ func (s *Server) reportLeaderlessGap(lastContact, opened time.Time) {
 	s.logger.Info("leader duties started", "leaderless_gap", gap)
 }
 
-// leaderBarrier waits until the FSM has applied every committed entry.
-// Raft refuses a barrier while a leadership transfer is in progress, and
-// still says so for a moment after a transfer has failed, so that refusal
-// is tried again until this server either can write or no longer leads.
-func (s *Server) leaderBarrier() error {
+// leaderBarrier waits until the FSM has applied every committed entry, or
+// ctx (the term) ends. Raft refuses a barrier while a leadership transfer
+// is in progress, and still says so for a moment after a transfer has
+// failed, so that refusal is tried again until this server either can
+// write or no longer leads.
+func (s *Server) leaderBarrier(ctx context.Context) error {
 	deadline := time.Now().Add(time.Minute)
 	for {
-		err := s.waitFuture(s.raft.Barrier(time.Until(deadline)))
+		err := s.waitFutureCtx(ctx, s.raft.Barrier(time.Until(deadline)))
 		if !errors.Is(err, raft.ErrLeadershipTransferInProgress) || time.Now().After(deadline) {
 			return err
 		}
 		select {
 		case <-time.After(10 * time.Millisecond):
-		case <-s.shutdownCtx.Done():
+		case <-ctx.Done():
 			return err
 		}
 	}
-}
-
-// revokeLeadership stops every leader duty, waits for them to return, and
-// returns the lanes it closed (nil if none) for a handoff to drain. Safe to
-// call when not leading.
-func (s *Server) revokeLeadership() *controllerLanes {
-	s.leaderMu.Lock()
-	defer s.leaderMu.Unlock()
-	if s.leaderCancel == nil {
-		return nil
-	}
-	lanes := s.lanes.Load()
-	s.logger.Info("cluster leadership lost")
-	s.leaderCancel()
-	s.leaderCancel = nil
-	s.leaderWG.Wait()
-	s.heartbeats.stop()
-	s.broker.setEnabled(false)
-	s.lanes.Store(nil)
-	return lanes
 }
 
 // reconcileLoop keeps the Raft configuration in step with the servers that

@@ -170,15 +170,26 @@ func (s *Server) RestoreSnapshotFile(file []byte) (*structs.SnapshotRestoreRespo
 	// ended after the restore would checkpoint into the restored state.
 	// Heartbeat timers, the eval broker and the volume watcher then start
 	// again from the restored state, whether or not the restore worked.
-	s.drainInFlight(s.shutdownCtx, time.Now(), s.revokeLeadership())
-	defer s.establishLeadership(false)
+	// A restore holds the duties as a handoff does, so the two never run
+	// at once.
+	if err := s.claimLeadership(s.shutdownCtx); err != nil {
+		return nil, err
+	}
+	t, err := s.stopDuties(s.shutdownCtx)
+	if err != nil {
+		s.releaseLeadership(s.shutdownCtx, false, false)
+		return nil, err
+	}
+	s.stopAndDrain(s.shutdownCtx, time.Now(), t, nil)
+	reconcile := false
+	defer func() { s.releaseLeadership(s.shutdownCtx, true, reconcile) }()
 	if err := s.raft.Restore(meta, bytes.NewReader(body), snapshotRestoreTimeout); err != nil {
 		return nil, fmt.Errorf("restore snapshot through raft: %w", err)
 	}
 	metrics.MeasureSince([]string{"snapshot", "restore"}, start)
 	// Claims are reconciled, not replayed: the duties that start next also
 	// compare what the plugins say is published with the restored claims.
-	s.reconcileRestored.Store(true)
+	reconcile = true
 	restored := s.raft.LastIndex()
 	s.logger.Info("snapshot restored", "snapshot_index", hdr.Index, "snapshot_term", hdr.Term,
 		"restored_index", restored, "counts", hdr.Counts, "duration", time.Since(start))

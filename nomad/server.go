@@ -82,26 +82,16 @@ type Server struct {
 	// Raft apply.
 	plans chan *pendingPlan
 
-	// leaderMu guards the leader's duties: their context is cancelled and
-	// their goroutines waited for when leadership is lost.
-	leaderMu     sync.Mutex
-	leaderCancel context.CancelFunc
-	leaderWG     sync.WaitGroup
-	// One handoff runs at a time: handoffMu guards handoffRunning, which
-	// is set while one runs and closed when it ends, and is never held
-	// across a Raft call. handingOff is set while one runs, so nothing
-	// starts the leader's duties again meanwhile.
-	handoffMu      sync.Mutex
-	handoffRunning chan struct{}
-	handingOff     atomic.Bool
-	// reconcileRestored is set by a snapshot restore: the duties that
-	// start next check the provider's attachments against the restored
-	// claims (runRestoreReconcile).
-	reconcileRestored atomic.Bool
-	// leaderChangeCh is closed and replaced whenever the observed leader
-	// changes, waking requests that are waiting for one.
-	leaderChangeMu sync.Mutex
-	leaderChangeCh chan struct{}
+	// leaderEvents carries messages to the leadership owner
+	// (runLeadership), the one goroutine that starts and stops the
+	// leader's duties; see leadership.go. leaderState is its state as it
+	// last published it, for readers.
+	leaderEvents chan leaderEvent
+	leaderState  atomic.Int32
+	// leaderChangeCh holds a channel closed and replaced whenever the
+	// observed leader changes or duties open or stop, waking requests that
+	// wait for a leader. Only the owner replaces it.
+	leaderChangeCh atomic.Pointer[chan struct{}]
 	// leadership is the leadership changes this server saw.
 	leadership leadershipLog
 
@@ -169,7 +159,6 @@ func NewServer(config *Config) (*Server, error) {
 		rpcServer:      structs.NewRPCServer(),
 		connPool:       newConnPool(config.RPCHoldTimeout, config.DialSource, config.TLS, config.Dial),
 		queryCancels:   newQueryCancels(maxTrackedQueries),
-		leaderChangeCh: make(chan struct{}),
 		shutdownCtx:    ctx,
 		shutdownCancel: cancel,
 		conns:          make(map[net.Conn]struct{}),
@@ -181,6 +170,9 @@ func NewServer(config *Config) (*Server, error) {
 	s.heartbeats = newHeartbeater(s)
 	s.broker = newEvalBroker()
 	s.plans = make(chan *pendingPlan)
+	s.leaderEvents = make(chan leaderEvent)
+	changed := make(chan struct{})
+	s.leaderChangeCh.Store(&changed)
 
 	fsm, err := NewFSM(config.Logger)
 	if err != nil {
@@ -200,7 +192,7 @@ func NewServer(config *Config) (*Server, error) {
 	}
 
 	s.goTracked(s.acceptLoop)
-	s.goTracked(s.monitorLeadership)
+	s.goTracked(s.runLeadership)
 	s.goTracked(s.joinLoop)
 	logger.Info("server started", "id", config.NodeID, "name", config.NodeName, "rpc_addr", advertise)
 	return s, nil
@@ -608,6 +600,12 @@ func (s *Server) RPCContext(ctx context.Context, method string, args, reply any)
 // waitFuture waits for a Raft future, or until the server shuts down: a
 // future raced by Raft's own shutdown may never be answered.
 func (s *Server) waitFuture(f raft.Future) error {
+	return s.waitFutureCtx(s.shutdownCtx, f)
+}
+
+// waitFutureCtx is waitFuture that also gives up when ctx ends (the
+// future itself goes on).
+func (s *Server) waitFutureCtx(ctx context.Context, f raft.Future) error {
 	done := make(chan error, 1)
 	go func() { done <- f.Error() }()
 	select {
@@ -615,6 +613,8 @@ func (s *Server) waitFuture(f raft.Future) error {
 		return err
 	case <-s.shutdownCtx.Done():
 		return raft.ErrRaftShutdown
+	case <-ctx.Done():
+		return fmt.Errorf("waiting for raft: %w", ctx.Err())
 	}
 }
 
@@ -658,10 +658,14 @@ func (s *Server) Shutdown(ctx context.Context) error {
 			// A follower has nothing to hand over.
 		case errors.Is(err, errNoTransferTarget):
 			// Nobody to hand over to, but the calls in flight still
-			// finish and reach their checkpoints before Raft stops.
+			// finish and reach their checkpoints before Raft stops. The
+			// claim is kept: no duty starts again on the way down.
 			s.logger.Info("no other voter to hand leadership to; draining before shutdown")
 			start := time.Now()
-			s.drainInFlight(ctx, start, s.revokeLeadership())
+			if cerr := s.claimLeadership(ctx); cerr == nil {
+				t, _ := s.stopDuties(ctx)
+				s.stopAndDrain(ctx, start, t, nil)
+			}
 		case err != nil:
 			s.logger.Warn("handoff failed; shutting down without it", "error", err)
 		}
@@ -706,8 +710,8 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		if err := s.raftTransport.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("raft transport close: %w", err))
 		}
-		s.revokeLeadership()
-
+		// The leadership owner ended the duties' term when the shutdown
+		// context was cancelled; their goroutines are in s.wg.
 		done := make(chan struct{})
 		go func() { s.wg.Wait(); close(done) }()
 		select {

@@ -55,6 +55,9 @@ func (st snapshotState) JobByID(ns, id string) (*structs.Job, error) {
 // processEval schedules one evaluation and commits its plan.
 func (s *Server) processEval(ctx context.Context, eval *structs.Evaluation) error {
 	gen := s.broker.unblockGen()
+	if h := s.config.schedulerPassHook; h != nil {
+		h()
+	}
 	snap := s.State().Snapshot()
 	plan, result, err := scheduler.Process(snapshotState{snap}, eval, scheduler.Options{
 		Now:     time.Now(),
