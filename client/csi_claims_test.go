@@ -22,7 +22,6 @@ import (
 
 	"github.com/roamhq/roam/plugins/csi/hostpath"
 	"github.com/roamhq/roam/structs"
-	"github.com/roamhq/roam/testutil"
 )
 
 func TestCSIClaimRequest(t *testing.T) {
@@ -79,7 +78,7 @@ func TestCSIClaimError_NamesTheCause(t *testing.T) {
 // requests a CSI volume writes through the task's volume_mount into the
 // volume; afterwards the claim is freed and the controller detached once.
 func TestClient_CSIVolumeClaimedMountedAndReleased(t *testing.T) {
-	srv := testutil.Server(t, nil)
+	srv := testServer(t, nil)
 	stateDir := t.TempDir()
 	plugin := testHostpath(t, hostpath.ModeMonolith, "node-a", stateDir, nil)
 
