@@ -67,7 +67,9 @@ func TCPListeners(t testing.TB, n int) ([]net.Listener, []string) {
 }
 
 // WaitForLeader waits until exactly one of servers leads and every one of
-// them agrees on it, and returns the leader.
+// them agrees on it, and returns the leader. It gives up after 30 s: a
+// loaded machine running -race can take seconds to elect with the LAN
+// timers agents use.
 func WaitForLeader[S Server](t testing.TB, servers ...S) S {
 	t.Helper()
 	var leader S
@@ -77,7 +79,7 @@ func WaitForLeader[S Server](t testing.TB, servers ...S) S {
 			leader, err = AgreedLeader(servers)
 			return err
 		}),
-		wait.Timeout(10*time.Second),
+		wait.Timeout(30*time.Second),
 		wait.Gap(10*time.Millisecond),
 	))
 	return leader
