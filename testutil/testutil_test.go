@@ -1,9 +1,11 @@
 package testutil_test
 
 import (
+	"context"
 	"fmt"
 	"testing"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/shoenig/test/must"
 
 	"github.com/roamhq/roam/nomad"
@@ -103,4 +105,31 @@ func TestLogWriter_DropsAfterCleanup(t *testing.T) {
 	n, err := w.Write([]byte("late\n"))
 	must.NoError(t, err)
 	must.Eq(t, 5, n)
+}
+
+// BenchmarkLoneServerElection times a lone server from NewServer to
+// leading, with nomad.TestConfig's cluster timers and with
+// LoneServerTimers, interleaved so both see the same machine. Compare the
+// two ns/op figures of one run.
+func BenchmarkLoneServerElection(b *testing.B) {
+	for _, tc := range []struct {
+		name string
+		lone bool
+	}{{"test-timers", false}, {"lone-timers", true}} {
+		b.Run(tc.name, func(b *testing.B) {
+			for range b.N {
+				c := nomad.TestConfig(b)
+				c.Logger = hclog.NewNullLogger()
+				if tc.lone {
+					testutil.LoneServerTimers(c.RaftConfig)
+				}
+				s, err := nomad.NewServer(c)
+				must.NoError(b, err)
+				testutil.WaitForLeader(b, s)
+				b.StopTimer()
+				must.NoError(b, s.Shutdown(context.Background()))
+				b.StartTimer()
+			}
+		})
+	}
 }

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"context"
 	"io"
 	"testing"
 	"time"
@@ -53,4 +54,31 @@ func TestConfig_RaftTimersValidated(t *testing.T) {
 	merged := DevConfig().Merge(&Config{RaftTimers: &RaftTimers{20 * ms, 20 * ms, 10 * ms}})
 	must.Eq(t, &RaftTimers{20 * ms, 20 * ms, 10 * ms}, merged.RaftTimers)
 	must.Nil(t, DevConfig().Merge(DevConfig()).RaftTimers)
+}
+
+// BenchmarkDevAgentLeads times a dev agent from NewAgent to leading, with
+// the LAN Raft timers and with TestConfig's RaftTimers. Compare the two
+// ns/op figures of one run.
+func BenchmarkDevAgentLeads(b *testing.B) {
+	for _, tc := range []struct {
+		name   string
+		timers bool
+	}{{"lan-timers", false}, {"test-timers", true}} {
+		b.Run(tc.name, func(b *testing.B) {
+			for range b.N {
+				c := TestConfig(b)
+				c.Client.Enabled = false
+				c.LogLevel = "ERROR"
+				if !tc.timers {
+					c.RaftTimers = nil
+				}
+				a, err := NewAgent(c, io.Discard)
+				must.NoError(b, err)
+				waitForLeader(b, a)
+				b.StopTimer()
+				must.NoError(b, a.Shutdown(context.Background()))
+				b.StartTimer()
+			}
+		})
+	}
 }
