@@ -15,7 +15,6 @@ import (
 
 	"github.com/roamhq/roam/nomad"
 	"github.com/roamhq/roam/structs"
-	"github.com/roamhq/roam/testutil"
 )
 
 // waitServerAlloc waits until the server holds one allocation of jobID
@@ -54,7 +53,7 @@ func clientStatusIs(status string) func(*structs.Allocation) error {
 // batch job completes with its output in the logs, and a service job runs
 // until it is stopped.
 func TestClient_RunsAllocationsFromServer(t *testing.T) {
-	srv := testutil.Server(t, nil)
+	srv := testServer(t, nil)
 	cfg := TestConfig(t, srv.Addr())
 	cfg.ExecutorPath = os.Args[0]
 	c := testClient(t, cfg)

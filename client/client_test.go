@@ -102,7 +102,7 @@ func heartbeatTTL(cfg *nomad.Config) time.Duration {
 }
 
 func TestClient_RegistersWithFingerprint(t *testing.T) {
-	srv := testutil.Server(t, nil)
+	srv := testServer(t, nil)
 	cfg := TestConfig(t, srv.Addr())
 	cfg.NodeName = "worker-1"
 	cfg.NodeClass = "gpu"
@@ -143,7 +143,7 @@ func TestClient_RegistersWithFingerprint(t *testing.T) {
 }
 
 func TestClient_KeepsHeartbeating(t *testing.T) {
-	srv := testutil.Server(t, nil)
+	srv := testServer(t, nil)
 	c := testClient(t, TestConfig(t, srv.Addr()))
 	waitRegistered(t, c)
 	waitForNode(t, srv, c.NodeID(), 5*time.Second, "ready", isReady)
@@ -166,7 +166,7 @@ func TestClient_FailsOverToLearnedServer(t *testing.T) {
 		{name: "leader", killLeader: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			servers := testutil.Cluster(t, 3, nil)
+			servers := testCluster(t, 3)
 			leader := testutil.WaitForLeader(t, servers...)
 			target := leader
 			if !tc.killLeader {
@@ -219,7 +219,7 @@ func TestClient_FailsOverToLearnedServer(t *testing.T) {
 }
 
 func TestClient_ReregistersWhenServerForgetsNode(t *testing.T) {
-	srv := testutil.Server(t, func(c *nomad.Config) { c.OperatorToken = "operator-token" })
+	srv := testServer(t, func(c *nomad.Config) { c.OperatorToken = "operator-token" })
 	c := testClient(t, TestConfig(t, srv.Addr()))
 	waitRegistered(t, c)
 	before := waitForNode(t, srv, c.NodeID(), 5*time.Second, "ready", isReady)
@@ -242,7 +242,7 @@ func TestClient_ReregistersWhenServerForgetsNode(t *testing.T) {
 }
 
 func TestClient_RestartKeepsIdentity(t *testing.T) {
-	srv := testutil.Server(t, nil)
+	srv := testServer(t, nil)
 	cfg := TestConfig(t, srv.Addr())
 	first := testClient(t, cfg)
 	waitRegistered(t, first)
@@ -345,7 +345,7 @@ func TestConfig_Validate(t *testing.T) {
 }
 
 func TestClient_RPCErrors(t *testing.T) {
-	srv := testutil.Server(t, nil)
+	srv := testServer(t, nil)
 	c := testClient(t, TestConfig(t, srv.Addr()))
 	waitRegistered(t, c)
 

@@ -20,9 +20,9 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/roamhq/roam/nomad"
 	"github.com/roamhq/roam/plugins/csi/hostpath"
 	"github.com/roamhq/roam/structs"
-	"github.com/roamhq/roam/testutil"
 )
 
 func TestCSIClaimRequest(t *testing.T) {
@@ -79,7 +79,14 @@ func TestCSIClaimError_NamesTheCause(t *testing.T) {
 // requests a CSI volume writes through the task's volume_mount into the
 // volume; afterwards the claim is freed and the controller detached once.
 func TestClient_CSIVolumeClaimedMountedAndReleased(t *testing.T) {
-	srv := testutil.Server(t, nil)
+	// The servers' claim window must hold the client's stop window
+	// (stop_on_client_after, the task's 2 s kill timeout, the margin), or
+	// the client rightly logs an error that this test counts as a
+	// failure; TestConfig's 750 ms window does not.
+	srv := testServer(t, func(c *nomad.Config) {
+		c.MinHeartbeatTTL = time.Minute
+		c.FailoverHeartbeatTTL = time.Minute
+	})
 	stateDir := t.TempDir()
 	plugin := testHostpath(t, hostpath.ModeMonolith, "node-a", stateDir, nil)
 

@@ -10,7 +10,6 @@ import (
 	"github.com/shoenig/test/must"
 
 	"github.com/roamhq/roam/structs"
-	"github.com/roamhq/roam/testutil"
 )
 
 func TestCSIPluginSocket(t *testing.T) {
@@ -42,7 +41,7 @@ func TestCSIPluginSocket(t *testing.T) {
 // test binary serves the hostpath plugin): the node reports it healthy to
 // a real server, and once the job stops the node no longer reports it.
 func TestClient_CSIPluginTask(t *testing.T) {
-	srv := testutil.Server(t, nil)
+	srv := testServer(t, nil)
 	cfg := TestConfig(t, srv.Addr())
 	cfg.ExecutorPath = os.Args[0]
 	cfg.CSIFingerprintInterval = 100 * time.Millisecond

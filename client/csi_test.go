@@ -20,7 +20,6 @@ import (
 
 	"github.com/roamhq/roam/plugins/csi/hostpath"
 	"github.com/roamhq/roam/structs"
-	"github.com/roamhq/roam/testutil"
 )
 
 // testHostpath starts a built-in plugin process on a socket in a temp dir
@@ -187,7 +186,7 @@ func TestCSIManager_SplitControllerAndNode(t *testing.T) {
 
 func TestClient_CSIPluginHealthReachesServerAtOnce(t *testing.T) {
 	p := testHostpath(t, hostpath.ModeMonolith, "node-c", t.TempDir(), nil)
-	srv := testutil.Server(t, nil)
+	srv := testServer(t, nil)
 	cfg := TestConfig(t, srv.Addr())
 	cfg.CSIFingerprintInterval = 50 * time.Millisecond
 	cfg.CSIPlugins = map[string]*CSIPluginConfig{

@@ -1,43 +1,24 @@
 package command
 
 import (
-	"context"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/shoenig/test/must"
-	"github.com/shoenig/test/wait"
 
 	"github.com/roamhq/roam/api"
 	"github.com/roamhq/roam/command/agent"
 	"github.com/roamhq/roam/testutil"
 )
 
+// newACLTestAgent starts a dev agent with ACLs on, waits until it leads,
+// and returns its HTTP address.
 func newACLTestAgent(t *testing.T) string {
 	t.Helper()
-	logs := testutil.NewLogWriter(t)
-	c := agent.DevConfig()
-	c.Name = strings.ReplaceAll(t.Name(), "/", "-")
-	c.BindAddr = "127.0.0.1"
-	c.Ports = &agent.Ports{HTTP: 0, RPC: 0}
-	c.DataDir = t.TempDir()
-	c.LogLevel = "WARN"
-	c.ACL = &agent.ACLConfig{Enabled: true}
-	a, err := agent.NewAgent(c, logs)
-	must.NoError(t, err)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		must.NoError(t, a.Shutdown(ctx))
-	})
-	must.Wait(t, wait.InitialSuccess(
-		wait.BoolFunc(func() bool { return a.Server().IsLeader() }),
-		wait.Timeout(30*time.Second),
-		wait.Gap(20*time.Millisecond),
-	))
+	a := startAgent(t, func(c *agent.Config) { c.ACL = &agent.ACLConfig{Enabled: true} })
+	testutil.WaitForLeader(t, a.Server())
 	return "http://" + a.HTTPAddr()
 }
 

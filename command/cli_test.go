@@ -2,58 +2,39 @@ package command
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/roamhq/roam/api"
 	"github.com/roamhq/roam/command/agent"
 	"github.com/roamhq/roam/structs"
 	"github.com/roamhq/roam/testutil"
 	"github.com/shoenig/test/must"
-	"github.com/shoenig/test/wait"
 )
 
-// newTestAgent starts a dev agent on 127.0.0.1 with kernel-chosen ports
-// and waits until it leads and its node is ready. It returns the agent's
-// HTTP address for -address.
+// startAgent starts an agent from agent.TestConfig, logging warnings and
+// worse, with mutate (if set) applied to its config last. The agent is
+// shut down when the test ends.
+func startAgent(t *testing.T, mutate func(*agent.Config)) *agent.Agent {
+	t.Helper()
+	c := agent.TestConfig(t)
+	c.LogLevel = "WARN"
+	if mutate != nil {
+		mutate(c)
+	}
+	return testutil.StartAgent(t, func(logs io.Writer) (*agent.Agent, error) { return agent.NewAgent(c, logs) })
+}
+
+// newTestAgent starts a dev agent and waits until it leads and its node
+// is ready. It returns the agent's HTTP address for -address.
 func newTestAgent(t *testing.T) (*agent.Agent, string) {
 	t.Helper()
-	logs := testutil.NewLogWriter(t)
-	c := agent.DevConfig()
-	c.Name = strings.ReplaceAll(t.Name(), "/", "-")
-	c.BindAddr = "127.0.0.1"
-	c.Ports = &agent.Ports{HTTP: 0, RPC: 0}
-	c.DataDir = t.TempDir()
-	c.LogLevel = "WARN"
-	a, err := agent.NewAgent(c, logs)
-	must.NoError(t, err)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		must.NoError(t, a.Shutdown(ctx))
-	})
-	nodeID := a.Client().NodeID()
-	must.Wait(t, wait.InitialSuccess(
-		wait.ErrorFunc(func() error {
-			if !a.Server().IsLeader() {
-				return fmt.Errorf("no leader yet")
-			}
-			var reply structs.SingleNodeResponse
-			if err := a.RPC("Node.GetNode", &structs.NodeSpecificRequest{NodeID: nodeID}, &reply); err != nil {
-				return err
-			}
-			if reply.Node == nil || reply.Node.Status != structs.NodeStatusReady {
-				return fmt.Errorf("node %s not ready yet", nodeID)
-			}
-			return nil
-		}),
-		wait.Timeout(30*time.Second),
-		wait.Gap(20*time.Millisecond),
-	))
+	a := startAgent(t, nil)
+	testutil.WaitForLeader(t, a.Server())
+	testutil.WaitForNodeReady(t, a, a.Client().NodeID())
 	return a, "http://" + a.HTTPAddr()
 }
 

@@ -1,7 +1,6 @@
 package command
 
 import (
-	"context"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -12,7 +11,6 @@ import (
 	"github.com/shoenig/test/wait"
 
 	"github.com/roamhq/roam/command/agent"
-	"github.com/roamhq/roam/testutil"
 )
 
 // TestCLI_TLSFromNothing makes a CA and certificates with `roam tls`,
@@ -35,25 +33,15 @@ func TestCLI_TLSFromNothing(t *testing.T) {
 	must.EqOp(t, 1, code)
 	must.StrContains(t, errOut, "global-server-roam.pem already exists")
 
-	logs := testutil.NewLogWriter(t)
-	c := agent.DevConfig()
-	c.Name = "tls-cli"
-	c.Ports = &agent.Ports{HTTP: 0, RPC: 0}
-	c.DataDir = t.TempDir()
-	c.LogLevel = "WARN"
-	c.TLS = &agent.TLSConfig{
-		HTTP: true, RPC: true,
-		CAFile:               filepath.Join(dir, "roam-agent-ca.pem"),
-		CertFile:             filepath.Join(dir, "global-server-roam.pem"),
-		KeyFile:              filepath.Join(dir, "global-server-roam-key.pem"),
-		VerifyServerHostname: true, VerifyHTTPSClient: true,
-	}
-	a, err := agent.NewAgent(c, logs)
-	must.NoError(t, err)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		must.NoError(t, a.Shutdown(ctx))
+	a := startAgent(t, func(c *agent.Config) {
+		c.Name = "tls-cli"
+		c.TLS = &agent.TLSConfig{
+			HTTP: true, RPC: true,
+			CAFile:               filepath.Join(dir, "roam-agent-ca.pem"),
+			CertFile:             filepath.Join(dir, "global-server-roam.pem"),
+			KeyFile:              filepath.Join(dir, "global-server-roam-key.pem"),
+			VerifyServerHostname: true, VerifyHTTPSClient: true,
+		}
 	})
 	addr := "https://" + a.HTTPAddr()
 	tlsArgs := []string{"-address", addr, "-ca-cert", "roam-agent-ca.pem",

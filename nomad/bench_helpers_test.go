@@ -14,6 +14,7 @@ import (
 	"github.com/shoenig/test/wait"
 
 	"github.com/roamhq/roam/structs"
+	"github.com/roamhq/roam/testutil"
 )
 
 // benchCluster starts n servers on their own on-disk data dirs (TestConfig:
@@ -65,22 +66,9 @@ func benchWaitForLeader(tb testing.TB, servers []*Server) *Server {
 	var leader *Server
 	must.Wait(tb, wait.InitialSuccess(
 		wait.ErrorFunc(func() error {
-			leader = nil
-			for _, s := range servers {
-				if s.IsLeader() {
-					if leader != nil {
-						return fmt.Errorf("two leaders: %s and %s", leader.ID(), s.ID())
-					}
-					leader = s
-				}
-			}
-			if leader == nil {
-				return fmt.Errorf("no leader among %d servers", len(servers))
-			}
-			for _, s := range servers {
-				if _, id := s.Leader(); id != leader.ID() {
-					return fmt.Errorf("server %s sees leader %q, want %s", s.ID(), id, leader.ID())
-				}
+			var err error
+			if leader, err = testutil.AgreedLeader(servers); err != nil {
+				return err
 			}
 			// Peers must all be voters, or a write commits on a quorum
 			// smaller than the one being measured.

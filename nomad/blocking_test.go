@@ -38,6 +38,11 @@ func blockedQueries() int {
 
 // waitForBlockedQueries waits until n queries are parked on their watch
 // sets, so a test can write knowing the query is already waiting.
+//
+// Each look stops the world to dump every goroutine's stack, hundreds of
+// them in the forwarding tests: CPU that Raft needs to keep its leader
+// under -race on a loaded machine. Look every 50 ms, not every 5; the
+// condition and the limit are the same.
 func waitForBlockedQueries(t *testing.T, n int) {
 	t.Helper()
 	must.Wait(t, wait.InitialSuccess(
@@ -48,7 +53,7 @@ func waitForBlockedQueries(t *testing.T, n int) {
 			return nil
 		}),
 		wait.Timeout(5*time.Second),
-		wait.Gap(5*time.Millisecond),
+		wait.Gap(50*time.Millisecond),
 	))
 }
 

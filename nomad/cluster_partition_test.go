@@ -178,12 +178,10 @@ func TestMemCluster_OneWayCut(t *testing.T) {
 func TestMemCluster_RaftTransportAddressMustMatch(t *testing.T) {
 	c := startMemCluster(t, 1, nil)
 	cfg := TestConfig(t)
-	ln, err := c.net.Listen("127.77.0.9:4647")
-	must.NoError(t, err)
-	cfg.Listener = ln
-	cfg.Dial = c.net.Dialer("127.77.0.9:4647")
-	cfg.RaftTransport = c.rafts[c.servers[0].Addr()]
-	_, err = NewServer(cfg)
+	cfg.Listener = c.mem.Listen(t, "127.77.0.9:4647")
+	cfg.Dial = c.mem.Dialer("127.77.0.9:4647")
+	cfg.RaftTransport = c.mem.RaftTransport(c.servers[0].Addr())
+	_, err := NewServer(cfg)
 	must.ErrorContains(t, err, "is not the advertised rpc address")
 }
 

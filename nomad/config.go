@@ -241,20 +241,25 @@ func TestConfig(t TestingT) *Config {
 	c.FailoverHeartbeatTTL = 500 * time.Millisecond
 	c.RPCHoldTimeout = 2 * time.Second
 	c.CSINodeDetachTimeout = 5 * time.Second
-	rc := raft.DefaultConfig()
-	// Fast, but with room for a loaded 2-core CI machine running -race:
-	// shorter timers make leaders step down under load.
-	rc.HeartbeatTimeout = 250 * time.Millisecond
-	rc.ElectionTimeout = 250 * time.Millisecond
-	rc.LeaderLeaseTimeout = 125 * time.Millisecond
-	rc.CommitTimeout = 5 * time.Millisecond
-	c.RaftConfig = rc
+	c.RaftConfig = testRaftConfig()
 	c.Logger = hclog.New(&hclog.LoggerOptions{
 		Name:   c.NodeName,
 		Level:  testLogLevel(),
 		Output: hclog.DefaultOutput,
 	})
 	return c
+}
+
+// testRaftConfig is TestConfig's Raft configuration: fast timers, but with
+// room for a loaded 2-core CI machine running -race, where shorter ones
+// make the leader of a cluster step down.
+func testRaftConfig() *raft.Config {
+	rc := raft.DefaultConfig()
+	rc.HeartbeatTimeout = 250 * time.Millisecond
+	rc.ElectionTimeout = 250 * time.Millisecond
+	rc.LeaderLeaseTimeout = 125 * time.Millisecond
+	rc.CommitTimeout = 5 * time.Millisecond
+	return rc
 }
 
 // testLogLevel is Warn unless ROAM_TEST_LOG_LEVEL names another level.

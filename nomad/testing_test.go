@@ -1,26 +1,42 @@
 package nomad
 
 import (
-	"context"
-	"net"
 	"testing"
-	"time"
 
-	"github.com/shoenig/test/must"
-	"github.com/shoenig/test/wait"
+	"github.com/roamhq/roam/testutil"
 )
 
-// testServer starts one server with TestConfig, adjusted by fn.
+// The server's tests build servers from their config here and leave
+// starting, stopping, waiting for a leader and the in-memory network to
+// testutil, which takes the constructor so that it need not import this
+// package.
+
+// testServer starts one server with TestConfig, adjusted by fn, and stops
+// it when the test ends. A server left to bootstrap alone gets
+// testutil.LoneServerTimers unless fn chose its own Raft timers.
 func testServer(t testing.TB, fn func(*Config)) *Server {
 	t.Helper()
-	c := TestConfig(t)
-	if fn != nil {
-		fn(c)
+	return testutil.Start(t, func() (*Server, error) {
+		c := TestConfig(t)
+		if fn != nil {
+			fn(c)
+		}
+		if c.BootstrapExpect == 1 && len(c.RetryJoin) == 0 && hasTestRaftTimers(c) {
+			testutil.LoneServerTimers(c.RaftConfig)
+		}
+		return NewServer(c)
+	})
+}
+
+// hasTestRaftTimers reports whether c's Raft timers are still TestConfig's.
+func hasTestRaftTimers(c *Config) bool {
+	if c.RaftConfig == nil {
+		return false
 	}
-	s, err := NewServer(c)
-	must.NoError(t, err)
-	t.Cleanup(func() { _ = s.Shutdown(context.Background()) })
-	return s
+	want := testRaftConfig()
+	return c.RaftConfig.HeartbeatTimeout == want.HeartbeatTimeout &&
+		c.RaftConfig.ElectionTimeout == want.ElectionTimeout &&
+		c.RaftConfig.LeaderLeaseTimeout == want.LeaderLeaseTimeout
 }
 
 // testCluster starts n servers on their own data dirs that find each other
@@ -38,71 +54,30 @@ func testClusterWith(t *testing.T, n int, fn func(*Config)) []*Server {
 	return servers
 }
 
-// startTCPCluster is testClusterWith without the wait for a leader.
+// startTCPCluster is testClusterWith without the wait for a leader: n
+// servers on loopback TCP ports chosen by the kernel.
 func startTCPCluster(t testing.TB, n int, fn func(*Config)) []*Server {
 	t.Helper()
-	listeners := make([]net.Listener, n)
-	addrs := make([]string, n)
-	for i := range listeners {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		must.NoError(t, err)
-		listeners[i] = ln
-		addrs[i] = ln.Addr().String()
-	}
-	servers := make([]*Server, n)
-	for i := range servers {
-		servers[i] = testServer(t, func(c *Config) {
-			c.NodeName = c.NodeName + "-" + string(rune('a'+i))
-			c.Listener = listeners[i]
-			c.BootstrapExpect = n
-			c.RetryJoin = addrs
-			if fn != nil {
-				fn(c)
-			}
-		})
-	}
-	return servers
+	listeners, addrs := testutil.TCPListeners(t, n)
+	return testutil.StartCluster(t, n, func(i int) (*Server, error) {
+		c := TestConfig(t)
+		c.NodeName = c.NodeName + "-" + string(rune('a'+i))
+		c.Listener = listeners[i]
+		c.BootstrapExpect = n
+		c.RetryJoin = addrs
+		if fn != nil {
+			fn(c)
+		}
+		return NewServer(c)
+	})
 }
 
 // waitForLeader waits until exactly one of servers leads and every one of
 // them agrees on it, and returns the leader.
 func waitForLeader(t testing.TB, servers ...*Server) *Server {
 	t.Helper()
-	var leader *Server
-	must.Wait(t, wait.InitialSuccess(
-		wait.ErrorFunc(func() error {
-			leader = nil
-			for _, s := range servers {
-				if s.IsLeader() {
-					if leader != nil {
-						return errorf("two leaders: %s and %s", leader.ID(), s.ID())
-					}
-					leader = s
-				}
-			}
-			if leader == nil {
-				return errorf("no leader among %d servers", len(servers))
-			}
-			for _, s := range servers {
-				if _, id := s.Leader(); id != leader.ID() {
-					return errorf("server %s sees leader %q, want %s", s.ID(), id, leader.ID())
-				}
-			}
-			return nil
-		}),
-		wait.Timeout(10*time.Second),
-		wait.Gap(10*time.Millisecond),
-	))
-	return leader
+	return testutil.WaitForLeader(t, servers...)
 }
 
 // followers returns the servers that are not leader.
-func followers(servers []*Server) []*Server {
-	var out []*Server
-	for _, s := range servers {
-		if !s.IsLeader() {
-			out = append(out, s)
-		}
-	}
-	return out
-}
+func followers(servers []*Server) []*Server { return testutil.Followers(servers) }

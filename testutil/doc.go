@@ -1,15 +1,17 @@
-// Package testutil starts what tests outside the server package need: a
-// server, a cluster of servers, and a sink for an agent's log. Every
-// helper takes a testing.TB, stops what it started in t.Cleanup, and
-// waits on conditions rather than on the clock.
+// Package testutil is the one set of helpers for tests that need
+// servers, a cluster, an agent or a client: start them and stop them in
+// t.Cleanup, wait for a leader, put a cluster on an in-memory network
+// that a test can cut and heal (MemNetwork), shorten a lone server's
+// first election (LoneServerTimers), and send an agent's log to t.Log
+// (LogWriter). Every helper takes a testing.TB and waits on conditions
+// rather than on the clock.
 //
-// It sits at the top of the tree rather than in internal/, whose packages
-// import nothing of ours. It imports the server (nomad) and nothing above
-// it, so the client and agent packages can use it from their own
-// in-package tests. The server's
-// own tests cannot: they live in package nomad, and a package that
-// imports nomad cannot be imported back by it. They keep their helpers in
-// nomad/testing_test.go and nomad/memcluster_test.go, which also build
-// clusters on the in-memory network; the shared piece, the test server
-// configuration, is nomad.TestConfig, used by both.
+// It imports neither the server (nomad) nor the agent: a caller passes
+// the constructor (Start, StartCluster, StartMemServers) and the helpers
+// work on small interfaces (Server, Stopper). That is what lets the
+// server's own in-package tests use it: a package that imported nomad
+// could not be imported back by nomad's tests. Each package keeps only
+// the glue that turns its config into a started thing
+// (nomad/testing_test.go, nomad/memcluster_test.go,
+// client/testing_test.go, command/agent/testagent_test.go).
 package testutil

@@ -16,6 +16,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	metrics "github.com/hashicorp/go-metrics"
+	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/roamhq/roam/client"
 	"github.com/roamhq/roam/internal/tlsutil"
@@ -178,6 +179,13 @@ func (a *Agent) setupServer() error {
 	}
 	if c.Server.RaftMultiplier != 0 {
 		sc.RaftMultiplier = c.Server.RaftMultiplier
+	}
+	if t := c.RaftTimers; t != nil {
+		rc := raft.DefaultConfig()
+		rc.HeartbeatTimeout = t.HeartbeatTimeout
+		rc.ElectionTimeout = t.ElectionTimeout
+		rc.LeaderLeaseTimeout = t.LeaderLeaseTimeout
+		sc.RaftConfig = rc
 	}
 	if c.Server.MaxRPCFrameBytes != 0 {
 		sc.RPCMaxFrameBytes = c.Server.MaxRPCFrameBytes

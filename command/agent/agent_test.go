@@ -3,11 +3,15 @@ package agent
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/shoenig/test/must"
 	"github.com/shoenig/test/wait"
+
+	"github.com/roamhq/roam/nomad"
+	"github.com/roamhq/roam/testutil"
 )
 
 // newTestServers starts n server-only agents on 127.0.0.1 with
@@ -30,32 +34,12 @@ func newTestServers(t *testing.T, n int) ([]*Agent, int) {
 			join = []string{agents[0].Server().Addr()}
 		}
 	}
-	leader := -1
-	must.Wait(t, wait.InitialSuccess(
-		wait.ErrorFunc(func() error {
-			leader = -1
-			for i, a := range agents {
-				if !a.Server().IsLeader() {
-					continue
-				}
-				if leader >= 0 {
-					return fmt.Errorf("two leaders: agents %d and %d", leader, i)
-				}
-				leader = i
-			}
-			if leader < 0 {
-				return fmt.Errorf("no leader among %d agents", n)
-			}
-			for i, a := range agents {
-				if _, id := a.Server().Leader(); id != agents[leader].Server().ID() {
-					return fmt.Errorf("agent %d sees leader %q, want agent %d", i, id, leader)
-				}
-			}
-			return nil
-		}),
-		wait.Timeout(30*time.Second),
-		wait.Gap(20*time.Millisecond),
-	))
+	servers := make([]*nomad.Server, n)
+	for i, a := range agents {
+		servers[i] = a.Server()
+	}
+	lead := testutil.WaitForLeader(t, servers...)
+	leader := slices.Index(servers, lead)
 	return agents, leader
 }
 

@@ -55,6 +55,39 @@ type Config struct {
 	// a program that embeds the agent and is not roam (a test binary)
 	// leaves it off. Not settable from a config file.
 	DevCSIPlugin bool
+	// RaftTimers, if set, replaces the server's Raft heartbeat and
+	// election timeouts and leader lease; raft_multiplier then does not
+	// scale them. A lone server waits one to two heartbeat timeouts for
+	// an election it wins at once, so a program that starts many
+	// single-server agents (a test binary) shortens them; in a cluster,
+	// timers shorter than the network and the machines' load allow make
+	// leaders step down. Not settable from a config file.
+	RaftTimers *RaftTimers
+}
+
+// RaftTimers are a server's Raft timers (see Config.RaftTimers).
+type RaftTimers struct {
+	HeartbeatTimeout   time.Duration
+	ElectionTimeout    time.Duration
+	LeaderLeaseTimeout time.Duration
+}
+
+// minRaftTimer is the shortest timer Raft accepts.
+const minRaftTimer = 5 * time.Millisecond
+
+// validate names the first timer Raft would refuse.
+func (r *RaftTimers) validate() error {
+	switch {
+	case r.HeartbeatTimeout < minRaftTimer:
+		return fmt.Errorf("config: raft heartbeat timeout = %s, must be at least %s", r.HeartbeatTimeout, minRaftTimer)
+	case r.ElectionTimeout < r.HeartbeatTimeout:
+		return fmt.Errorf("config: raft election timeout = %s, must be at least the heartbeat timeout (%s)", r.ElectionTimeout, r.HeartbeatTimeout)
+	case r.LeaderLeaseTimeout < minRaftTimer:
+		return fmt.Errorf("config: raft leader lease timeout = %s, must be at least %s", r.LeaderLeaseTimeout, minRaftTimer)
+	case r.LeaderLeaseTimeout > r.HeartbeatTimeout:
+		return fmt.Errorf("config: raft leader lease timeout = %s, must not exceed the heartbeat timeout (%s)", r.LeaderLeaseTimeout, r.HeartbeatTimeout)
+	}
+	return nil
 }
 
 // ACLConfig turns ACLs on (docs/acl.md). Every agent of a cluster, servers
@@ -232,6 +265,34 @@ func DevConfig() *Config {
 	return c
 }
 
+// TestingT is the part of testing.TB that TestConfig uses.
+type TestingT interface {
+	Name() string
+	TempDir() string
+}
+
+// TestConfig returns a dev agent config for tests: named for the test,
+// bound to 127.0.0.1 on ports the kernel chooses, its data dir in
+// t.TempDir(). Its server bootstraps alone, with RaftTimers short enough
+// that it leads within tens of milliseconds rather than the one to two
+// seconds of the LAN timers; a lone voter is its own quorum, so it never
+// loses its lease. A test that joins it to other servers sets RaftTimers
+// back to nil.
+func TestConfig(t TestingT) *Config {
+	c := DevConfig()
+	c.Name = strings.ReplaceAll(t.Name(), "/", "-")
+	c.BindAddr = "127.0.0.1"
+	c.Ports = &Ports{HTTP: 0, RPC: 0}
+	c.DataDir = t.TempDir()
+	c.LogLevel = "INFO"
+	c.RaftTimers = &RaftTimers{
+		HeartbeatTimeout:   20 * time.Millisecond,
+		ElectionTimeout:    20 * time.Millisecond,
+		LeaderLeaseTimeout: 20 * time.Millisecond,
+	}
+	return c
+}
+
 // LoadConfigFile parses one HCL file. Errors name file:line and the reason.
 func LoadConfigFile(path string) (*Config, error) {
 	src, err := os.ReadFile(path)
@@ -365,6 +426,10 @@ func (c *Config) Merge(o *Config) *Config {
 	setStr(&r.LogLevel, o.LogLevel)
 	r.DevMode = r.DevMode || o.DevMode
 	r.DevCSIPlugin = r.DevCSIPlugin || o.DevCSIPlugin
+	if o.RaftTimers != nil {
+		t := *o.RaftTimers
+		r.RaftTimers = &t
+	}
 	r.LeaveOnTerminate = r.LeaveOnTerminate || o.LeaveOnTerminate
 	r.InsecureBind = r.InsecureBind || o.InsecureBind
 	r.Plugins = append(append([]*PluginConfig(nil), r.Plugins...), o.Plugins...)
@@ -493,6 +558,11 @@ func (c *Config) Validate() error {
 	case "TRACE", "DEBUG", "INFO", "WARN", "ERROR":
 	default:
 		return fmt.Errorf("config: log_level = %q, want one of TRACE, DEBUG, INFO, WARN, ERROR", c.LogLevel)
+	}
+	if c.RaftTimers != nil {
+		if err := c.RaftTimers.validate(); err != nil {
+			return err
+		}
 	}
 	if c.Limits != nil {
 		if err := c.Limits.validate(); err != nil {

@@ -1,44 +1,30 @@
 package agent
 
 import (
-	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
-	"strings"
 	"testing"
-	"time"
 
 	"github.com/roamhq/roam/structs"
 	"github.com/roamhq/roam/testutil"
 	"github.com/shoenig/test/must"
-	"github.com/shoenig/test/wait"
 )
 
-// newTestAgent starts an agent from a dev config bound to 127.0.0.1 on
-// kernel-chosen ports with a temp data dir; mutate may change the config
-// first. The agent is shut down when the test ends.
+// newTestAgent starts an agent from TestConfig (a dev agent bound to
+// 127.0.0.1 on kernel-chosen ports with a temp data dir); mutate may
+// change the config first. A server that no longer bootstraps alone gets
+// the LAN Raft timers back. The agent is shut down when the test ends.
 func newTestAgent(t testing.TB, mutate func(*Config)) *Agent {
 	t.Helper()
-	logs := testutil.NewLogWriter(t)
-	c := DevConfig()
-	c.Name = strings.ReplaceAll(t.Name(), "/", "-")
-	c.BindAddr = "127.0.0.1"
-	c.Ports = &Ports{HTTP: 0, RPC: 0}
-	c.DataDir = t.TempDir()
-	c.LogLevel = "INFO"
+	c := TestConfig(t)
 	if mutate != nil {
 		mutate(c)
 	}
-	a, err := NewAgent(c, logs)
-	must.NoError(t, err)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		must.NoError(t, a.Shutdown(ctx))
-	})
-	return a
+	if c.Server.BootstrapExpect != 1 || (c.Server.ServerJoin != nil && len(c.Server.ServerJoin.RetryJoin) > 0) {
+		c.RaftTimers = nil
+	}
+	return testutil.StartAgent(t, func(logs io.Writer) (*Agent, error) { return NewAgent(c, logs) })
 }
 
 // newDevAgent starts a dev agent and waits until it leads and its own node
@@ -53,30 +39,13 @@ func newDevAgent(t testing.TB) *Agent {
 
 func waitForLeader(t testing.TB, a *Agent) {
 	t.Helper()
-	must.Wait(t, wait.InitialSuccess(
-		wait.BoolFunc(func() bool { return a.Server().IsLeader() }),
-		wait.Timeout(30*time.Second),
-		wait.Gap(20*time.Millisecond),
-	))
+	testutil.WaitForLeader(t, a.Server())
 }
 
 // waitForNodeReady polls through a's RPC path until the node is ready.
 func waitForNodeReady(t testing.TB, a *Agent, nodeID string) {
 	t.Helper()
-	must.Wait(t, wait.InitialSuccess(
-		wait.ErrorFunc(func() error {
-			var reply structs.SingleNodeResponse
-			if err := a.RPC("Node.GetNode", &structs.NodeSpecificRequest{NodeID: nodeID}, &reply); err != nil {
-				return err
-			}
-			if reply.Node == nil || reply.Node.Status != structs.NodeStatusReady {
-				return fmt.Errorf("node %s not ready yet", nodeID)
-			}
-			return nil
-		}),
-		wait.Timeout(30*time.Second),
-		wait.Gap(20*time.Millisecond),
-	))
+	testutil.WaitForNodeReady(t, a, nodeID)
 }
 
 // registerFakeNode registers a node with the given ID through a's RPC
