@@ -42,8 +42,8 @@ func TestForward_QueryFollowsTheLeaderWhenItMoves(t *testing.T) {
 
 	// Cut Raft between the leader and the others, both ways; RPC stays up.
 	for _, o := range c.others(leader) {
-		c.rafts[leader.Addr()].Disconnect(raft.ServerAddress(o.Addr()))
-		c.rafts[o.Addr()].Disconnect(raft.ServerAddress(leader.Addr()))
+		c.mem.RaftTransport(leader.Addr()).Disconnect(raft.ServerAddress(o.Addr()))
+		c.mem.RaftTransport(o.Addr()).Disconnect(raft.ServerAddress(leader.Addr()))
 	}
 	next := waitForLeaderDuties(t, c.others(leader)...)
 	second := testNode("second")
