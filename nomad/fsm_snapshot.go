@@ -1,6 +1,7 @@
 package nomad
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 
@@ -26,6 +27,14 @@ const (
 	snapACLPolicy
 	snapACLToken
 	snapCSIFence
+	// snapAllocJob is a job version that the snapAllocShared records after
+	// it name by ordinal (0 for the first snapAllocJob of the stream).
+	snapAllocJob
+	// snapAllocShared is an allocation written without its job, with the
+	// ordinal of its snapAllocJob: the scale run's 10,000 allocations of
+	// one job otherwise carry 10,000 copies of it, which made up most of
+	// the snapshot, of its decode time and of a restored server's heap.
+	snapAllocShared
 )
 
 // Snapshot captures the store as it is now; Persist streams it later
@@ -71,6 +80,8 @@ var snapshotTables = map[snapshotRecord]string{
 	snapACLPolicy:   "acl_policies",
 	snapACLToken:    "acl_tokens",
 	snapCSIFence:    "csi_fences",
+	snapAllocJob:    "allocs",
+	snapAllocShared: "allocs",
 }
 
 // restoreStore reads a snapshot stream (as Persist writes it) into a new
@@ -83,103 +94,138 @@ func restoreStore(r io.Reader) (*state.StateStore, map[string]int, error) {
 	}
 	restore := fresh.Restore()
 	defer restore.Abort()
+	counts, err := decodeSnapshot(r, restore)
+	if err != nil {
+		return nil, nil, err
+	}
+	restore.Commit()
+	return fresh, counts, nil
+}
+
+// countSnapshot decodes a snapshot stream completely and counts its
+// objects without building a store: the check for a stream this server
+// has just written from its own state, where a store built to be thrown
+// away cost as much again as the decode.
+func countSnapshot(r io.Reader) (map[string]int, error) {
+	return decodeSnapshot(r, nil)
+}
+
+// decodeSnapshot decodes every record of a snapshot stream, adds each
+// object to restore unless it is nil, and counts them by table.
+func decodeSnapshot(r io.Reader, restore *state.Restore) (map[string]int, error) {
 	counts := make(map[string]int, len(snapshotTables))
 	for _, table := range snapshotTables {
 		counts[table] = 0
 	}
-
-	dec := codec.NewDecoder(r, structs.MsgpackHandle)
+	d := &snapshotDecoder{dec: codec.NewDecoder(r, structs.MsgpackHandle), restore: restore}
 	for {
 		var rec snapshotRecord
-		if err := dec.Decode(&rec); err != nil {
-			return nil, nil, fmt.Errorf("fsm: restore: read record type: %w", err)
+		if err := d.dec.Decode(&rec); err != nil {
+			return nil, fmt.Errorf("fsm: restore: read record type: %w", err)
 		}
 		if rec == snapEnd {
-			restore.Commit()
-			return fresh, counts, nil
+			return counts, nil
 		}
 		table, ok := snapshotTables[rec]
 		if !ok {
-			return nil, nil, fmt.Errorf("fsm: restore: unknown record type %d", rec)
+			return nil, fmt.Errorf("fsm: restore: unknown record type %d", rec)
 		}
-		if err := restoreRecord(dec, restore, rec); err != nil {
-			return nil, nil, fmt.Errorf("fsm: restore %s: %w", table, err)
+		if err := d.record(rec); err != nil {
+			return nil, fmt.Errorf("fsm: restore %s: %w", table, err)
 		}
-		counts[table]++
+		if rec != snapAllocJob {
+			counts[table]++
+		}
 	}
 }
 
-// restoreRecord decodes one object of type rec and adds it to restore.
+// snapshotDecoder is the state of one decodeSnapshot.
+type snapshotDecoder struct {
+	dec     *codec.Decoder
+	restore *state.Restore // nil: decode and count only
+	// jobs are the snapAllocJob records so far, by ordinal.
+	jobs []*structs.Job
+}
+
+// sharedAlloc is a snapAllocShared record's body.
+type sharedAlloc struct {
+	Job   int
+	Alloc *structs.Allocation
+}
+
+// record decodes one object of type rec and adds it to the restore.
+func (d *snapshotDecoder) record(rec snapshotRecord) error {
+	switch rec {
+	case snapAllocJob:
+		var j structs.Job
+		if err := d.dec.Decode(&j); err != nil {
+			return err
+		}
+		d.jobs = append(d.jobs, &j)
+		return nil
+	case snapAllocShared:
+		var sa sharedAlloc
+		if err := d.dec.Decode(&sa); err != nil {
+			return err
+		}
+		if sa.Alloc == nil {
+			return fmt.Errorf("shared-job allocation record without an allocation")
+		}
+		if sa.Job < 0 || sa.Job >= len(d.jobs) {
+			return fmt.Errorf("allocation %q names job record %d, the stream has %d so far", sa.Alloc.ID, sa.Job, len(d.jobs))
+		}
+		// Allocations share the one job value, as they share their
+		// job's value on the server that wrote them: objects in the
+		// store are never mutated.
+		sa.Alloc.Job = d.jobs[sa.Job]
+		if d.restore == nil {
+			return nil
+		}
+		return d.restore.Alloc(sa.Alloc)
+	}
+	return restoreRecord(d.dec, d.restore, rec)
+}
+
+// restoreRecord decodes one object of type rec and adds it to restore,
+// unless restore is nil.
 func restoreRecord(dec *codec.Decoder, restore *state.Restore, rec snapshotRecord) error {
 	switch rec {
 	case snapIndex:
-		var e state.IndexEntry
-		if err := dec.Decode(&e); err != nil {
-			return err
-		}
-		return restore.IndexEntry(&e)
+		return decodeInto(dec, restore, (*state.Restore).IndexEntry)
 	case snapNode:
-		var n structs.Node
-		if err := dec.Decode(&n); err != nil {
-			return err
-		}
-		return restore.Node(&n)
+		return decodeInto(dec, restore, (*state.Restore).Node)
 	case snapJob:
-		var j structs.Job
-		if err := dec.Decode(&j); err != nil {
-			return err
-		}
-		return restore.Job(&j)
+		return decodeInto(dec, restore, (*state.Restore).Job)
 	case snapAlloc:
-		var a structs.Allocation
-		if err := dec.Decode(&a); err != nil {
-			return err
-		}
-		return restore.Alloc(&a)
+		return decodeInto(dec, restore, (*state.Restore).Alloc)
 	case snapEval:
-		var e structs.Evaluation
-		if err := dec.Decode(&e); err != nil {
-			return err
-		}
-		return restore.Eval(&e)
+		return decodeInto(dec, restore, (*state.Restore).Eval)
 	case snapCSIVolume:
-		var v structs.CSIVolume
-		if err := dec.Decode(&v); err != nil {
-			return err
-		}
-		return restore.CSIVolume(&v)
+		return decodeInto(dec, restore, (*state.Restore).CSIVolume)
 	case snapCSIPlugin:
-		var p structs.CSIPlugin
-		if err := dec.Decode(&p); err != nil {
-			return err
-		}
-		return restore.CSIPlugin(&p)
+		return decodeInto(dec, restore, (*state.Restore).CSIPlugin)
 	case snapClusterMeta:
-		var m structs.ClusterMetadata
-		if err := dec.Decode(&m); err != nil {
-			return err
-		}
-		return restore.ClusterMetadata(&m)
+		return decodeInto(dec, restore, (*state.Restore).ClusterMetadata)
 	case snapACLPolicy:
-		var p structs.ACLPolicy
-		if err := dec.Decode(&p); err != nil {
-			return err
-		}
-		return restore.ACLPolicy(&p)
+		return decodeInto(dec, restore, (*state.Restore).ACLPolicy)
 	case snapACLToken:
-		var t structs.ACLToken
-		if err := dec.Decode(&t); err != nil {
-			return err
-		}
-		return restore.ACLToken(&t)
+		return decodeInto(dec, restore, (*state.Restore).ACLToken)
 	case snapCSIFence:
-		var f structs.CSIControllerFence
-		if err := dec.Decode(&f); err != nil {
-			return err
-		}
-		return restore.CSIControllerFence(&f)
+		return decodeInto(dec, restore, (*state.Restore).CSIControllerFence)
 	}
 	return fmt.Errorf("unknown record type %d", rec)
+}
+
+// decodeInto decodes one T and, unless restore is nil, adds it with add.
+func decodeInto[T any](dec *codec.Decoder, restore *state.Restore, add func(*state.Restore, *T) error) error {
+	var v T
+	if err := dec.Decode(&v); err != nil {
+		return err
+	}
+	if restore == nil {
+		return nil
+	}
+	return add(restore, &v)
 }
 
 type fsmSnapshot struct {
@@ -240,8 +286,29 @@ func (s *fsmSnapshot) persist(w io.Writer) error {
 	if err != nil {
 		return err
 	}
+	jobRefs := newAllocJobs()
 	for _, a := range allocs {
-		if err := write(snapAlloc, a); err != nil {
+		if a.Job == nil {
+			if err := write(snapAlloc, a); err != nil {
+				return err
+			}
+			continue
+		}
+		ref, isNew, shared := jobRefs.ref(a.Job)
+		if !shared {
+			if err := write(snapAlloc, a); err != nil {
+				return err
+			}
+			continue
+		}
+		if isNew {
+			if err := write(snapAllocJob, a.Job); err != nil {
+				return err
+			}
+		}
+		c := *a
+		c.Job = nil
+		if err := write(snapAllocShared, &sharedAlloc{Job: ref, Alloc: &c}); err != nil {
 			return err
 		}
 	}
@@ -312,3 +379,73 @@ func (s *fsmSnapshot) persist(w io.Writer) error {
 }
 
 func (s *fsmSnapshot) Release() {}
+
+// allocJobs assigns the ordinals of snapAllocJob records while a snapshot
+// is written. Two allocations share a record only when their jobs are the
+// same value or encode to the same bytes: the identity of a job version
+// (namespace, ID, version, modify index) picks the record to compare with,
+// never decides alone. On the leader the allocations of one plan share
+// their job's value and the comparison is a pointer's; on a follower each
+// applied plan decoded its own copies, and they are compared encoded.
+type allocJobs struct {
+	byKey map[allocJobKey]*allocJob
+	next  int
+	// h encodes for comparison only: canonical, so that equal maps
+	// encode equally.
+	h *codec.MsgpackHandle
+}
+
+type allocJobKey struct {
+	namespace, id              string
+	version, modify, jobModify uint64
+}
+
+type allocJob struct {
+	ref     int
+	job     *structs.Job
+	encoded []byte // nil until a second value with the same key arrives
+}
+
+func newAllocJobs() *allocJobs {
+	h := &codec.MsgpackHandle{}
+	h.Canonical = true
+	return &allocJobs{byKey: make(map[allocJobKey]*allocJob), h: h}
+}
+
+// ref returns the ordinal of the record that j may share, whether that
+// record is still to be written (isNew), and false when j must be written
+// inline: another job of the same identity with different contents holds
+// the key, or j does not encode.
+func (aj *allocJobs) ref(j *structs.Job) (ref int, isNew, shared bool) {
+	k := allocJobKey{namespace: j.Namespace, id: j.ID, version: j.Version, modify: j.ModifyIndex, jobModify: j.JobModifyIndex}
+	have, ok := aj.byKey[k]
+	if !ok {
+		have = &allocJob{ref: aj.next, job: j}
+		aj.byKey[k] = have
+		aj.next++
+		return have.ref, true, true
+	}
+	if have.job == j {
+		return have.ref, false, true
+	}
+	if have.encoded == nil {
+		enc, err := aj.encode(have.job)
+		if err != nil {
+			return 0, false, false
+		}
+		have.encoded = enc
+	}
+	enc, err := aj.encode(j)
+	if err != nil || !bytes.Equal(enc, have.encoded) {
+		return 0, false, false
+	}
+	return have.ref, false, true
+}
+
+func (aj *allocJobs) encode(j *structs.Job) ([]byte, error) {
+	var out []byte
+	if err := codec.NewEncoderBytes(&out, aj.h).Encode(j); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
