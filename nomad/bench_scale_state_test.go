@@ -72,8 +72,19 @@ type scaleState struct {
 
 func buildScaleState(tb testing.TB, nodes int) *scaleState {
 	tb.Helper()
+	return buildScaleStateWith(tb, nodes, nil, nil)
+}
+
+// buildScaleStateWith is buildScaleState with the FSM's writes published to
+// events (when not nil), and afterNodes called once every node is
+// registered.
+func buildScaleStateWith(tb testing.TB, nodes int, events *eventBroker, afterNodes func()) *scaleState {
+	tb.Helper()
 	f, err := NewFSM(hclog.NewNullLogger())
 	must.NoError(tb, err)
+	if events != nil {
+		f.SetEventBroker(events)
+	}
 	st := f.State()
 	s := &scaleState{fsm: f, index: 1}
 	next := func() uint64 { s.index++; return s.index }
@@ -87,6 +98,9 @@ func buildScaleState(tb testing.TB, nodes int) *scaleState {
 		}
 		must.NoError(tb, st.UpsertNode(next(), n, ev))
 		s.nodes = append(s.nodes, n)
+	}
+	if afterNodes != nil {
+		afterNodes()
 	}
 
 	count := 2 * nodes
@@ -247,19 +261,35 @@ func BenchmarkScaleSnapshot_5000Nodes(b *testing.B) { benchScaleSnapshot(b, 5000
 
 // BenchmarkScaleStateHeap_5000Nodes reports the heap the 5,000-node state
 // holds, per node and per volume: the leader's memory floor at that size.
+// With the server's event buffer attached it also reports the heap right
+// after the 5,000 registrations, when the buffer holds the plugin as each
+// of the last registrations left it.
 func BenchmarkScaleStateHeap_5000Nodes(b *testing.B) {
+	heap := func() float64 {
+		runtime.GC()
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		return float64(m.HeapAlloc)
+	}
 	for b.Loop() {
-		runtime.GC()
-		var before, after runtime.MemStats
-		runtime.ReadMemStats(&before)
+		before := heap()
 		s := buildScaleState(b, 5000)
-		runtime.GC()
-		runtime.ReadMemStats(&after)
+		grown := heap() - before
 		runtime.KeepAlive(s)
-		grown := float64(after.HeapAlloc) - float64(before.HeapAlloc)
 		b.ReportMetric(grown/(1<<20), "heap-MiB")
 		b.ReportMetric(grown/5000/1024, "KiB/node")
 		b.ReportMetric(grown/20000/1024, "KiB/volume")
+		s = nil
+
+		before = heap()
+		events := newEventBroker(DefaultEventBufferSize)
+		var afterNodes float64
+		s = buildScaleStateWith(b, 5000, events, func() { afterNodes = heap() - before })
+		withEvents := heap() - before
+		runtime.KeepAlive(s)
+		runtime.KeepAlive(events)
+		b.ReportMetric(afterNodes/(1<<20), "events-after-nodes-heap-MiB")
+		b.ReportMetric(withEvents/(1<<20), "events-heap-MiB")
 	}
 }
 
