@@ -103,24 +103,7 @@ func buildScaleStateWith(tb testing.TB, nodes int, events *eventBroker, afterNod
 		afterNodes()
 	}
 
-	count := 2 * nodes
-	job := &structs.Job{
-		Region: "global", Namespace: structs.DefaultNamespace, ID: "sim", Name: "sim",
-		Type: structs.JobTypeService, Priority: 50, Datacenters: []string{"dc1"},
-		TaskGroups: []*structs.TaskGroup{{
-			Name: "g", Count: count,
-			Volumes: map[string]*structs.VolumeRequest{"data": {
-				Name: "data", Type: "csi", Source: "sim", PerAlloc: true,
-				AccessMode: structs.CSIAccessModeSingleNodeWriter, AttachmentMode: structs.CSIAttachmentModeFilesystem,
-			}},
-			Tasks: []*structs.Task{{
-				Name: "t", Driver: "raw_exec",
-				Config:       map[string]any{"command": "/bin/true"},
-				Resources:    &structs.Resources{CPU: 100, MemoryMB: 64},
-				VolumeMounts: []*structs.VolumeMount{{Volume: "data", Destination: "data"}},
-			}},
-		}},
-	}
+	job := buildScaleStateJob(2 * nodes)
 	jobEval := &structs.Evaluation{
 		ID: uuid.NewString(), Namespace: structs.DefaultNamespace, Priority: 50,
 		Type: structs.JobTypeService, TriggeredBy: "job-register", JobID: job.ID,
@@ -146,7 +129,7 @@ func buildScaleStateWith(tb testing.TB, nodes int, events *eventBroker, afterNod
 	s.vols = vols
 
 	// The allocations, placed in plans of 100 as the scheduler's would be.
-	allocs := make([]*structs.Allocation, count)
+	allocs := make([]*structs.Allocation, 2*nodes)
 	for i := range allocs {
 		allocs[i] = &structs.Allocation{
 			ID: uuid.NewString(), Namespace: structs.DefaultNamespace,
@@ -166,6 +149,27 @@ func buildScaleStateWith(tb testing.TB, nodes int, events *eventBroker, afterNod
 		must.NoError(tb, st.UpdateCSIVolumeClaim(next(), structs.DefaultNamespace, vols[i].ID, scaleClaim(a)))
 	}
 	return s
+}
+
+// buildScaleStateJob is the simulator's job at count allocations.
+func buildScaleStateJob(count int) *structs.Job {
+	return &structs.Job{
+		Region: "global", Namespace: structs.DefaultNamespace, ID: "sim", Name: "sim",
+		Type: structs.JobTypeService, Priority: 50, Datacenters: []string{"dc1"},
+		TaskGroups: []*structs.TaskGroup{{
+			Name: "g", Count: count,
+			Volumes: map[string]*structs.VolumeRequest{"data": {
+				Name: "data", Type: "csi", Source: "sim", PerAlloc: true,
+				AccessMode: structs.CSIAccessModeSingleNodeWriter, AttachmentMode: structs.CSIAttachmentModeFilesystem,
+			}},
+			Tasks: []*structs.Task{{
+				Name: "t", Driver: "raw_exec",
+				Config:       map[string]any{"command": "/bin/true"},
+				Resources:    &structs.Resources{CPU: 100, MemoryMB: 64},
+				VolumeMounts: []*structs.VolumeMount{{Volume: "data", Destination: "data"}},
+			}},
+		}},
+	}
 }
 
 func scaleClaim(a *structs.Allocation) *structs.CSIVolumeClaim {
@@ -314,4 +318,107 @@ func TestScaleState_Counts(t *testing.T) {
 	v, err = dst.State().CSIVolumeByID(nil, structs.DefaultNamespace, "sim[40]")
 	must.NoError(t, err)
 	must.MapLen(t, 0, v.Claims)
+}
+
+// scaleLog is the Raft log that builds the scale state: what a follower
+// that restarts without a recent snapshot applies again, entry by entry.
+func scaleLog(tb testing.TB, nodes int) []*raft.Log {
+	tb.Helper()
+	var logs []*raft.Log
+	add := func(typ structs.MessageType, req any) {
+		buf, err := structs.Encode(typ, req)
+		must.NoError(tb, err)
+		logs = append(logs, &raft.Log{Type: raft.LogCommand, Index: uint64(len(logs) + 1), Data: buf})
+	}
+	nodeList := make([]*structs.Node, nodes)
+	for i := range nodeList {
+		nodeList[i] = scaleNode(i, i < 3)
+		add(structs.NodeRegisterRequestType, &structs.NodeRegisterRequest{Node: nodeList[i]})
+	}
+	ref := buildScaleStateJob(2 * nodes)
+	add(structs.JobRegisterRequestType, &structs.JobRegisterRequest{Job: ref})
+	vols := make([]*structs.CSIVolume, 4*nodes)
+	for i := range vols {
+		vols[i] = &structs.CSIVolume{
+			ID: fmt.Sprintf("sim[%d]", i), Namespace: structs.DefaultNamespace, Name: fmt.Sprintf("sim[%d]", i),
+			ExternalID: fmt.Sprintf("ext-sim-%d", i), PluginID: scalePlugin,
+			RequestedCapabilities: []*structs.CSIVolumeCapability{{
+				AccessMode: structs.CSIAccessModeSingleNodeWriter, AttachmentMode: structs.CSIAttachmentModeFilesystem,
+			}},
+		}
+	}
+	for lo := 0; lo < len(vols); lo += 500 {
+		add(structs.CSIVolumeRegisterRequestType, &structs.CSIVolumeRegisterRequest{Volumes: vols[lo:min(lo+500, len(vols))]})
+	}
+	allocs := make([]*structs.Allocation, 2*nodes)
+	for i := range allocs {
+		allocs[i] = &structs.Allocation{
+			ID: uuid.NewString(), Namespace: structs.DefaultNamespace,
+			Name: fmt.Sprintf("sim.g[%d]", i), JobID: ref.ID, Job: ref, TaskGroup: "g",
+			NodeID: nodeList[i%nodes].ID, DesiredStatus: structs.AllocDesiredStatusRun,
+			ClientStatus: structs.AllocClientStatusRunning, Resources: &structs.Resources{CPU: 100, MemoryMB: 64},
+		}
+	}
+	for lo := 0; lo < len(allocs); lo += 100 {
+		add(structs.ApplyPlanResultsRequestType, &structs.ApplyPlanResultsRequest{AllocsPlaced: allocs[lo:min(lo+100, len(allocs))]})
+	}
+	for i, a := range allocs {
+		add(structs.CSIVolumeClaimRequestType, &structs.CSIVolumeClaimUpdateRequest{
+			Namespace: structs.DefaultNamespace, VolumeID: vols[i].ID, Claim: scaleClaim(a)})
+	}
+	return logs
+}
+
+// BenchmarkScaleReplay_5000Nodes applies the 5,000-node state's Raft log
+// (5,000 registrations, the job, 40 volume batches, 100 plans, 10,000
+// claims) to an empty FSM, as a follower does with the entries after its
+// last snapshot, and reports it beside the snapshot restore of the same
+// state in the same run.
+func BenchmarkScaleReplay_5000Nodes(b *testing.B) {
+	const nodes = 5000
+	logs := scaleLog(b, nodes)
+	var body memSink
+	{
+		f, err := NewFSM(hclog.NewNullLogger())
+		must.NoError(b, err)
+		for _, l := range logs {
+			if err, ok := f.Apply(l).(error); ok {
+				b.Fatal(err)
+			}
+		}
+		snap, err := f.Snapshot()
+		must.NoError(b, err)
+		must.NoError(b, snap.Persist(&body))
+	}
+	var replay, restore, firstNodes, lastNodes time.Duration
+	for b.Loop() {
+		f, err := NewFSM(hclog.NewNullLogger())
+		must.NoError(b, err)
+		start := time.Now()
+		for i, l := range logs {
+			t0 := time.Now()
+			if err, ok := f.Apply(l).(error); ok {
+				b.Fatal(err)
+			}
+			switch {
+			case i < 500:
+				firstNodes += time.Since(t0)
+			case i >= nodes-500 && i < nodes:
+				lastNodes += time.Since(t0)
+			}
+		}
+		replay += time.Since(start)
+		start = time.Now()
+		dst, err := NewFSM(hclog.NewNullLogger())
+		must.NoError(b, err)
+		must.NoError(b, dst.Restore(io.NopCloser(bytes.NewReader(body.Bytes()))))
+		restore += time.Since(start)
+	}
+	n := float64(b.N)
+	b.ReportMetric(float64(len(logs)), "entries")
+	b.ReportMetric(replay.Seconds()/n, "replay-s")
+	b.ReportMetric(restore.Seconds()/n, "restore-s")
+	b.ReportMetric(float64(replay)/float64(restore), "replay/restore")
+	b.ReportMetric(float64(firstNodes.Microseconds())/500/n, "register-us-first-500")
+	b.ReportMetric(float64(lastNodes.Microseconds())/500/n, "register-us-last-500")
 }
