@@ -1,10 +1,12 @@
 package nomad
 
 import (
+	"bufio"
 	"bytes"
 	"fmt"
 	"io"
 	"runtime"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,6 +14,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	"github.com/shoenig/test/must"
+	"github.com/shoenig/test/wait"
 
 	"github.com/roamhq/roam/structs"
 )
@@ -202,6 +205,25 @@ func saveThroughFileStore(tb testing.TB, f *FSM, store *raft.FileSnapshotStore, 
 	return file
 }
 
+// countingReader counts what passes through it, as Raft's reader of a
+// snapshot does: it hides the buffered reader's ReadByte.
+type countingReader struct {
+	r io.Reader
+	n atomic.Int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n.Add(int64(n))
+	return n, err
+}
+
+// raftLikeReader is body as Raft hands a snapshot to FSM.Restore: a
+// buffered file reader inside a counting one.
+func raftLikeReader(body []byte) io.ReadCloser {
+	return io.NopCloser(&countingReader{r: bufio.NewReader(bytes.NewReader(body))})
+}
+
 // benchScaleSnapshot measures each step between a state of that many
 // nodes and a snapshot file, and back.
 func benchScaleSnapshot(b *testing.B, nodes int) {
@@ -232,7 +254,7 @@ func benchScaleSnapshot(b *testing.B, nodes int) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			if err := dst.Restore(io.NopCloser(bytes.NewReader(body.Bytes()))); err != nil {
+			if err := dst.Restore(raftLikeReader(body.Bytes())); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -422,3 +444,56 @@ func BenchmarkScaleReplay_5000Nodes(b *testing.B) {
 	b.ReportMetric(float64(firstNodes.Microseconds())/500/n, "register-us-first-500")
 	b.ReportMetric(float64(lastNodes.Microseconds())/500/n, "register-us-last-500")
 }
+
+// benchScaleSnapshotServer measures the operator's save and restore on a
+// three-server cluster on disk holding the scale state of nodes nodes:
+// SaveSnapshotFile (a Raft snapshot forced, persisted to and read back
+// from the file store, checked) and RestoreSnapshotFile (installed through
+// Raft on every server). The state gets there by a restore first.
+func benchScaleSnapshotServer(b *testing.B, nodes int) {
+	file := saveSnapshotFile(b, buildScaleState(b, nodes).fsm)
+	servers, leader := benchCluster(b, 3)
+	_, err := leader.RestoreSnapshotFile(file)
+	must.NoError(b, err)
+	for _, s := range servers {
+		must.Wait(b, benchNodeCount(s, nodes))
+	}
+	var save, restore time.Duration
+	for b.Loop() {
+		start := time.Now()
+		_, got, err := leader.SaveSnapshotFile()
+		if err != nil {
+			b.Fatal(err)
+		}
+		save += time.Since(start)
+		start = time.Now()
+		if _, err := leader.RestoreSnapshotFile(got); err != nil {
+			b.Fatal(err)
+		}
+		restore += time.Since(start)
+	}
+	b.ReportMetric(save.Seconds()/float64(b.N), "save-s")
+	b.ReportMetric(restore.Seconds()/float64(b.N), "restore-s")
+	b.ReportMetric(float64(len(file)), "file-bytes")
+}
+
+// benchNodeCount is satisfied once s holds want nodes.
+func benchNodeCount(s *Server, want int) *wait.Constraint {
+	return wait.InitialSuccess(
+		wait.ErrorFunc(func() error {
+			list, err := s.State().Nodes(nil)
+			if err != nil {
+				return err
+			}
+			if len(list) != want {
+				return fmt.Errorf("server %s holds %d of %d nodes", s.ID(), len(list), want)
+			}
+			return nil
+		}),
+		wait.Timeout(2*time.Minute),
+		wait.Gap(20*time.Millisecond),
+	)
+}
+
+func BenchmarkScaleSnapshotServer_1000Nodes(b *testing.B) { benchScaleSnapshotServer(b, 1000) }
+func BenchmarkScaleSnapshotServer_5000Nodes(b *testing.B) { benchScaleSnapshotServer(b, 5000) }
