@@ -2,6 +2,7 @@ package volumewatcher
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -146,4 +147,33 @@ func TestConfig_MinPassGap(t *testing.T) {
 	c.MinPassGap = c.Interval
 	must.NoError(t, c.Validate())
 	must.Eq(t, c.Interval, c.minPassGap())
+}
+
+// A release the leader is already walking (ErrClaimInProgress) ends at
+// once and releases nothing; it must not set off another pass over every
+// claim. With 20 such claims, one plugin and PerPlugin 1, passes stay at
+// the first one's until the gap (a minute) is over.
+func TestWatcher_InProgressDoesNotWake(t *testing.T) {
+	w := newWorld(t)
+	r := newFakeReleaser()
+	for i := range 20 {
+		id := fmt.Sprintf("v%d", i)
+		w.claimed(t, id, "p", structs.AllocClientStatusComplete)
+		r.fail[id] = fmt.Errorf("walking it: %w", structs.ErrClaimInProgress)
+		r.pluginOf[id] = "p"
+	}
+	wt := startWatcherWith(t, w, r, func(c *Config) {
+		c.PerPlugin = 1
+		c.Interval, c.MaxBackoff, c.MinPassGap = time.Minute, time.Minute, time.Minute
+	})
+	waitFor(t, "a first release tried", func() bool { return r.finishedCount("v0") > 0 })
+	// Give passes the wake-ups would set off time to run, then count.
+	deadline := time.Now().Add(500 * time.Millisecond)
+	for time.Now().Before(deadline) && wt.passes.Load() <= 2 {
+		time.Sleep(10 * time.Millisecond)
+	}
+	must.LessEq(t, 2, wt.passes.Load())
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	must.LessEq(t, 2, len(r.started))
 }

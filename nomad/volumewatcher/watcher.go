@@ -346,6 +346,13 @@ func (w *Watcher) start(ctx context.Context, wg *sync.WaitGroup, k claimKey, plu
 		defer wg.Done()
 		err := w.cfg.Releaser.Release(ctx, k.vol, k.alloc)
 		w.finish(k, pluginID, from, err)
+		if errors.Is(err, structs.ErrClaimInProgress) || errors.Is(err, structs.ErrCSIClaimInUse) {
+			// Nothing was released: the claim is someone else's to
+			// walk (the claim path's, for every claim it releases)
+			// or not yet releasable. Waking here made a pass over
+			// every claim for each claim the claim path released.
+			return
+		}
 		select {
 		case w.wake <- struct{}{}:
 		default:
