@@ -142,7 +142,8 @@ func percentile(sorted []time.Duration, q float64) time.Duration {
 // report publishes throughput and latency for every operation recorded
 // during the timed part of the benchmark. ns/op is per operation, not per
 // batch, so it is comparable across batch sizes.
-func (l *latencies) report(b *testing.B, rateUnit string) {
+// It returns the rate.
+func (l *latencies) report(b *testing.B, rateUnit string) float64 {
 	b.Helper()
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -157,6 +158,7 @@ func (l *latencies) report(b *testing.B, rateUnit string) {
 	b.ReportMetric(ms(percentile(sorted, 0.50)), "p50-ms")
 	b.ReportMetric(ms(percentile(sorted, 0.99)), "p99-ms")
 	b.ReportMetric(float64(elapsed.Nanoseconds())/float64(len(sorted)), "ns/op")
+	return float64(len(sorted)) / elapsed.Seconds()
 }
 
 // runConcurrent runs ops operations spread over workers goroutines, each

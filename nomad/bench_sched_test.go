@@ -69,6 +69,7 @@ func BenchmarkSchedule_Count1000On100Nodes(b *testing.B) {
 		var resp structs.NodeUpdateResponse
 		must.NoError(b, leader.RPC("Node.Register", &structs.NodeRegisterRequest{Node: w}, &resp))
 	}
+	raftRate := raftBaseline(b, leader)
 	placed := 0
 	round := 0
 	for b.Loop() {
@@ -83,7 +84,9 @@ func BenchmarkSchedule_Count1000On100Nodes(b *testing.B) {
 		must.Len(b, 1000, allocs)
 		placed += len(allocs)
 	}
-	b.ReportMetric(float64(placed)/b.Elapsed().Seconds(), "placements/s")
+	rate := float64(placed) / b.Elapsed().Seconds()
+	b.ReportMetric(rate, "placements/s")
+	reportRaftRatio(b, rate, raftRate, "placements")
 }
 
 // BenchmarkSchedule_EvalLatency registers small jobs one after another and
@@ -95,6 +98,7 @@ func BenchmarkSchedule_EvalLatency(b *testing.B) {
 		var resp structs.NodeUpdateResponse
 		must.NoError(b, leader.RPC("Node.Register", &structs.NodeRegisterRequest{Node: w}, &resp))
 	}
+	raftRate := raftBaseline(b, leader)
 	lat := &latencies{}
 	round := 0
 	for b.Loop() {
@@ -108,5 +112,5 @@ func BenchmarkSchedule_EvalLatency(b *testing.B) {
 		}
 		round++
 	}
-	lat.report(b, "evals/s")
+	reportRaftRatio(b, lat.report(b, "evals/s"), raftRate, "evals")
 }

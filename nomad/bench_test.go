@@ -21,12 +21,19 @@ package nomad
 //     p50-ms and p99-ms over every operation, and ns/op per operation (not
 //     per batch).
 //
+// Each also measures the raw Raft apply rate on its own cluster before
+// its timed part (raftBaseline) and reports raft-ops/s and its own rate
+// divided by it (per-raft-op), so figures from runs on a busy machine
+// compare by the ratio.
+//
 // These are figures to quote in notes, not pass/fail thresholds.
 //
 //	go test -run '^$' -bench . -benchtime 1x ./nomad/
 
 import (
 	"fmt"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -52,6 +59,45 @@ const (
 	concurrentHeartbeatBatch   = 100000
 )
 
+// raftBaseline measures the raw Raft apply rate on the cluster led by
+// leader: raftBaselineOps writes from claimBenchWorkers goroutines, each
+// re-registering its own node (so the state does not grow with the
+// baseline, and no evaluation is created). It runs before the benchmark's
+// timed part, in the same run, and returns writes per second.
+func raftBaseline(b *testing.B, leader *Server) float64 {
+	b.Helper()
+	nodes := make([]*structs.Node, claimBenchWorkers)
+	for w := range nodes {
+		nodes[w] = benchNode(fmt.Sprintf("raft-baseline-%d", w))
+	}
+	var mu sync.Mutex
+	free := slices.Clone(nodes)
+	start := time.Now()
+	err := runConcurrent(claimBenchWorkers, raftBaselineOps, &latencies{}, func(int) error {
+		mu.Lock()
+		n := free[len(free)-1]
+		free = free[:len(free)-1]
+		mu.Unlock()
+		defer func() {
+			mu.Lock()
+			free = append(free, n)
+			mu.Unlock()
+		}()
+		var resp structs.NodeUpdateResponse
+		return leader.RPC("Node.Register", &structs.NodeRegisterRequest{Node: n.Copy()}, &resp)
+	})
+	must.NoError(b, err)
+	return float64(raftBaselineOps) / time.Since(start).Seconds()
+}
+
+// reportRaftRatio reports the Raft baseline and rate (in unit) as a ratio
+// to it.
+func reportRaftRatio(b *testing.B, rate, raftRate float64, unit string) {
+	b.Helper()
+	b.ReportMetric(raftRate, "raft-ops/s")
+	b.ReportMetric(rate/raftRate, unit+"-per-raft-op")
+}
+
 // registerOp registers a new node through srv, as a client's first
 // registration does: one Raft write.
 func registerOp(srv *Server, name string) error {
@@ -71,6 +117,7 @@ func registerOp(srv *Server, name string) error {
 // follower.
 func BenchmarkRaftApply_SingleWriter(b *testing.B) {
 	_, leader := benchCluster(b, 3)
+	raftRate := raftBaseline(b, leader)
 	lat := &latencies{}
 	batch := 0
 	for b.Loop() {
@@ -83,13 +130,14 @@ func BenchmarkRaftApply_SingleWriter(b *testing.B) {
 		}
 		batch++
 	}
-	lat.report(b, "ops/s")
+	reportRaftRatio(b, lat.report(b, "ops/s"), raftRate, "ops")
 }
 
 // BenchmarkRaftApply_64Writers commits Node.Register writes from 64
 // goroutines at once through the leader's in-process RPC.
 func BenchmarkRaftApply_64Writers(b *testing.B) {
 	_, leader := benchCluster(b, 3)
+	raftRate := raftBaseline(b, leader)
 	lat := &latencies{}
 	batch := 0
 	for b.Loop() {
@@ -101,7 +149,7 @@ func BenchmarkRaftApply_64Writers(b *testing.B) {
 		}
 		batch++
 	}
-	lat.report(b, "ops/s")
+	reportRaftRatio(b, lat.report(b, "ops/s"), raftRate, "ops")
 }
 
 // BenchmarkHeartbeat_ToFollower sends Node.UpdateStatus heartbeats (status
@@ -132,6 +180,7 @@ func BenchmarkHeartbeat_ToFollower(b *testing.B) {
 	// state.
 	last := nodes[len(nodes)-1].ID
 	must.Wait(b, benchNodeApplied(follower, last))
+	raftRate := raftBaseline(b, leader)
 
 	heartbeat := func(i int) error {
 		n := nodes[i%len(nodes)]
@@ -161,7 +210,7 @@ func BenchmarkHeartbeat_ToFollower(b *testing.B) {
 				lat.d = append(lat.d, time.Since(start))
 			}
 		}
-		lat.report(b, "heartbeats/s")
+		reportRaftRatio(b, lat.report(b, "heartbeats/s"), raftRate, "heartbeats")
 	})
 	b.Run(fmt.Sprintf("%dsenders", concurrentHeartbeatSenders), func(b *testing.B) {
 		lat := &latencies{}
@@ -170,7 +219,7 @@ func BenchmarkHeartbeat_ToFollower(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
-		lat.report(b, "heartbeats/s")
+		reportRaftRatio(b, lat.report(b, "heartbeats/s"), raftRate, "heartbeats")
 	})
 
 	// Heartbeats that change nothing must not have written anything: every

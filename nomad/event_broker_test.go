@@ -2,6 +2,7 @@ package nomad
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -164,4 +165,42 @@ func TestEvents_FromStoreWrites(t *testing.T) {
 	n2, err := st.NodeByID(nil, n.ID)
 	must.NoError(t, err)
 	must.Eq(t, "node-secret", n2.SecretID)
+}
+
+// A plugin's event carries its counts and controllers but not its node
+// instances, which the event buffer would otherwise keep one copy of per
+// registration; the store's plugin keeps them.
+func TestEvents_PluginPayloadLeavesNodeInstances(t *testing.T) {
+	st, err := state.NewStateStore()
+	must.NoError(t, err)
+	b := newEventBroker(16)
+	st.SetChangeHook(b.storeHook)
+	for i := range 3 {
+		n := workNode(fmt.Sprintf("n%d", i))
+		n.CSINodePlugins = map[string]*structs.CSIInfo{"p": {PluginID: "p", Healthy: true}}
+		if i == 0 {
+			n.CSIControllerPlugins = map[string]*structs.CSIInfo{"p": {PluginID: "p", Healthy: true}}
+		}
+		must.NoError(t, st.UpsertNode(uint64(5+i), n))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	t.Cleanup(cancel)
+	got, err := b.next(ctx, 0)
+	must.NoError(t, err)
+	var last *structs.CSIPlugin
+	for _, batch := range got {
+		for _, ev := range batch.Events {
+			if ev.Topic == structs.TopicCSIPlugin {
+				last = ev.Payload.(*structs.CSIPlugin)
+			}
+		}
+	}
+	must.NotNil(t, last)
+	must.Eq(t, 3, last.NodesExpected)
+	must.Eq(t, 3, last.NodesHealthy)
+	must.MapEmpty(t, last.Nodes)
+	must.MapLen(t, 1, last.Controllers)
+	stored, err := st.CSIPluginByID(nil, "p")
+	must.NoError(t, err)
+	must.MapLen(t, 3, stored.Nodes)
 }

@@ -124,9 +124,11 @@ func (s *Server) SaveSnapshotFile() (*SnapshotHeader, []byte, error) {
 }
 
 // buildSnapshotFile counts the objects of an FSM snapshot body (which
-// also checks that it decodes) and wraps it in a snapshot file.
+// also checks that it decodes) and wraps it in a snapshot file. The body
+// is this server's own, so it is decoded but not built into a store: an
+// uploaded file is, before it is restored (parseSnapshotFile).
 func buildSnapshotFile(index, term uint64, raftVersion int, region string, body []byte) (*SnapshotHeader, []byte, error) {
-	_, counts, err := restoreStore(bytes.NewReader(body))
+	counts, err := countSnapshot(bytes.NewReader(body))
 	if err != nil {
 		return nil, nil, fmt.Errorf("snapshot does not decode: %w", err)
 	}

@@ -103,3 +103,18 @@ func setIndexTxn(txn *memdb.Txn, table string, index uint64) error {
 	}
 	return nil
 }
+
+// WatchTables adds to ws, for each table, a channel that is closed by the
+// next write to it (its entry in the index table is replaced). It is one
+// channel per table, however many of its objects a caller reads.
+func (s *StateStore) WatchTables(ws memdb.WatchSet, tables ...string) error {
+	txn := s.db.Txn(false)
+	for _, table := range tables {
+		ch, _, err := txn.FirstWatch(TableIndex, "id", table)
+		if err != nil {
+			return fmt.Errorf("state: watch table %q: %w", table, err)
+		}
+		ws.Add(ch)
+	}
+	return nil
+}

@@ -356,7 +356,7 @@ func TestWatcher_RetriesWhenControllerNodeReturns(t *testing.T) {
 		t.Helper()
 		v, err := w.store.CSIVolumeByID(nil, structs.DefaultNamespace, "v1")
 		must.NoError(t, err)
-		ok, err := wt.due(nil, w.store, v, v.Claims["alloc-v1"], time.Now())
+		ok, err := wt.due(w.store, map[string]*structs.CSIPlugin{}, v, v.Claims["alloc-v1"], time.Now())
 		must.NoError(t, err)
 		return ok
 	}
