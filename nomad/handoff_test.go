@@ -254,7 +254,11 @@ func TestHandoff_LeaveOnTerminate(t *testing.T) {
 // forwarded by a follower, are held and then served by the new leader:
 // none fails, none is applied twice.
 func TestHandoff_RequestsDuringDrainReachNewLeader(t *testing.T) {
-	servers := testCluster(t, 3)
+	// The departing leader holds the writes for up to the hold timeout
+	// while the next leader is elected and opens its duties; the test
+	// default (2 s) is shorter than that takes on a loaded 2-core machine,
+	// where the writes then got a retryable error instead.
+	servers := testClusterWith(t, 3, func(c *Config) { c.RPCHoldTimeout = 15 * time.Second })
 	leader := waitForLeaderDuties(t, servers...)
 	follower := others(servers, leader)[0]
 	release, finished := holdControllerCall(t, leader)
