@@ -84,6 +84,15 @@ func (s *serverConn) close() {
 // errConnLost marks a call whose connection broke after it was sent.
 var errConnLost = errors.New("connection to server lost")
 
+// errCallTimedOut marks a call that ran out of time while the server still
+// answers on the session: it is busy (a claim queued behind many in a
+// plugin's lane, say), not gone. The session is kept: it also carries the
+// servers' calls to this node (controller and node CSI calls), and
+// dropping it would fail those too and fence a plugin's calls to a node
+// the servers can no longer reach. Whether the call ran is unknown, as
+// with a lost connection.
+var errCallTimedOut = errors.New("call to server timed out")
+
 // call runs one RPC. A broken connection comes back as errConnLost; a
 // handler's error comes back mapped to its sentinel; a caller that went
 // away gets its context's error.
@@ -107,6 +116,10 @@ func (s *serverConn) call(caller context.Context, method string, args, reply any
 		return fmt.Errorf("%s: caller gone: %w", method, err)
 	}
 	if errors.Is(err, context.DeadlineExceeded) && ctx.Err() != nil {
+		if s.answers() {
+			return fmt.Errorf("%w: %s to %s timed out after %s; the server still answers on the session",
+				errCallTimedOut, method, s.addr, timeout)
+		}
 		return fmt.Errorf("%w: %s to %s timed out after %s", errConnLost, method, s.addr, timeout)
 	}
 	var serverErr rpc.ServerError
@@ -114,6 +127,15 @@ func (s *serverConn) call(caller context.Context, method string, args, reply any
 		return structs.FromRPCError(err)
 	}
 	return fmt.Errorf("%w: %s to %s: %v", errConnLost, method, s.addr, err)
+}
+
+// answers reports whether the server still answers on the session: one
+// yamux ping, bounded by the session's write timeout (the dial timeout).
+// A server cut off by a partition, whose connection nothing closes, does
+// not.
+func (s *serverConn) answers() bool {
+	_, err := s.session.Ping()
+	return err == nil
 }
 
 // nameQuery gives a blocking query whose caller may go away a CancelID,

@@ -49,7 +49,7 @@ func csiClaimRequest(nodeID string, alloc *structs.Allocation, req *structs.Volu
 // timeout the server may still come back (a long election, a claim held
 // by another request), so the claim keeps trying while the caller waits.
 func claimRetryable(err error) bool {
-	return structs.IsRetryable(err) || errors.Is(err, errConnLost) || isDialError(err)
+	return structs.IsRetryable(err) || errors.Is(err, errConnLost) || errors.Is(err, errCallTimedOut) || isDialError(err)
 }
 
 // claimRetryPolicy is claimRetryable, and also waits up to wait for a

@@ -145,3 +145,33 @@ func TestRPCErrors_ServerToClientCaller(t *testing.T) {
 	got := conn.call(context.Background(), "Failing.Nope", "x", &out, 5*time.Second)
 	must.ErrorIs(t, got, structs.ErrUnknownMethod)
 }
+
+// slowHandler answers Wait only once release is closed, and Now at once.
+type slowHandler struct{ release chan struct{} }
+
+func (h slowHandler) Wait(_ string, reply *string) error { <-h.release; *reply = "late"; return nil }
+func (h slowHandler) Now(_ string, reply *string) error  { *reply = "now"; return nil }
+
+// A call that runs out of time while the server still answers on the
+// session is a busy server, not a lost one: the session stays up, with the
+// servers' calls to this node on it, and carries the next call.
+func TestServerConn_TimeoutOnLiveSessionKeepsIt(t *testing.T) {
+	srv := structs.NewRPCServer()
+	h := slowHandler{release: make(chan struct{})}
+	must.NoError(t, srv.RegisterName("Slow", h))
+	conn, err := dialServer(fakeRPCServer(t, srv), "", 5*time.Second, nil, hclog.NewNullLogger())
+	must.NoError(t, err)
+	t.Cleanup(conn.close)
+	// Cleanups run last first: the held call ends before the fake server
+	// waits for its calls.
+	t.Cleanup(func() { close(h.release) })
+
+	var out string
+	err = conn.call(context.Background(), "Slow.Wait", "x", &out, 200*time.Millisecond)
+	must.ErrorIs(t, err, errCallTimedOut)
+	must.False(t, errors.Is(err, errConnLost), must.Sprintf("a busy server is not a lost connection: %v", err))
+	must.True(t, claimRetryable(err))
+	must.False(t, conn.session.IsClosed())
+	must.NoError(t, conn.call(context.Background(), "Slow.Now", "x", &out, 5*time.Second))
+	must.Eq(t, "now", out)
+}

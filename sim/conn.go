@@ -32,6 +32,11 @@ type session struct {
 // errConnLost marks a call whose connection broke: the node dials again.
 var errConnLost = errors.New("sim: connection to server lost")
 
+// errCallTimedOut marks a call that ran out of time while the server still
+// answers on the session: busy, not gone, so the node keeps its session
+// (and the servers' calls to it), as the client agent does.
+var errCallTimedOut = errors.New("sim: call to server timed out")
+
 func dialSession(addr, source string, timeout time.Duration, srv *structs.RPCServer, logger hclog.Logger, wg *sync.WaitGroup) (*session, error) {
 	conn, err := netutil.Dialer(source, timeout).Dial("tcp", addr)
 	if err != nil {
@@ -115,6 +120,11 @@ func (s *session) call(ctx context.Context, method string, args, reply any, time
 	}
 	if ctx.Err() != nil {
 		return fmt.Errorf("%s: %w", method, ctx.Err())
+	}
+	if errors.Is(err, context.DeadlineExceeded) && cctx.Err() != nil {
+		if _, perr := s.session.Ping(); perr == nil {
+			return fmt.Errorf("%w: %s to %s after %s; the server still answers on the session", errCallTimedOut, method, s.addr, timeout)
+		}
 	}
 	return fmt.Errorf("%w: %s to %s: %v", errConnLost, method, s.addr, err)
 }
