@@ -116,16 +116,7 @@ func buildScaleStateWith(tb testing.TB, nodes int, events *eventBroker, afterNod
 	s.job = job
 
 	// Volumes as the simulator registers them: 500 per call.
-	vols := make([]*structs.CSIVolume, 4*nodes)
-	for i := range vols {
-		vols[i] = &structs.CSIVolume{
-			ID: fmt.Sprintf("sim[%d]", i), Namespace: structs.DefaultNamespace, Name: fmt.Sprintf("sim[%d]", i),
-			ExternalID: fmt.Sprintf("ext-sim-%d", i), PluginID: scalePlugin,
-			RequestedCapabilities: []*structs.CSIVolumeCapability{{
-				AccessMode: structs.CSIAccessModeSingleNodeWriter, AttachmentMode: structs.CSIAttachmentModeFilesystem,
-			}},
-		}
-	}
+	vols := scaleVolumes(4 * nodes)
 	for lo := 0; lo < len(vols); lo += 500 {
 		must.NoError(tb, st.UpsertCSIVolumes(next(), vols[lo:min(lo+500, len(vols))]))
 	}
@@ -359,16 +350,7 @@ func scaleLog(tb testing.TB, nodes int) []*raft.Log {
 	}
 	ref := buildScaleStateJob(2 * nodes)
 	add(structs.JobRegisterRequestType, &structs.JobRegisterRequest{Job: ref})
-	vols := make([]*structs.CSIVolume, 4*nodes)
-	for i := range vols {
-		vols[i] = &structs.CSIVolume{
-			ID: fmt.Sprintf("sim[%d]", i), Namespace: structs.DefaultNamespace, Name: fmt.Sprintf("sim[%d]", i),
-			ExternalID: fmt.Sprintf("ext-sim-%d", i), PluginID: scalePlugin,
-			RequestedCapabilities: []*structs.CSIVolumeCapability{{
-				AccessMode: structs.CSIAccessModeSingleNodeWriter, AttachmentMode: structs.CSIAttachmentModeFilesystem,
-			}},
-		}
-	}
+	vols := scaleVolumes(4 * nodes)
 	for lo := 0; lo < len(vols); lo += 500 {
 		add(structs.CSIVolumeRegisterRequestType, &structs.CSIVolumeRegisterRequest{Volumes: vols[lo:min(lo+500, len(vols))]})
 	}
@@ -497,3 +479,19 @@ func benchNodeCount(s *Server, want int) *wait.Constraint {
 
 func BenchmarkScaleSnapshotServer_1000Nodes(b *testing.B) { benchScaleSnapshotServer(b, 1000) }
 func BenchmarkScaleSnapshotServer_5000Nodes(b *testing.B) { benchScaleSnapshotServer(b, 5000) }
+
+// scaleVolumes returns n single-node-writer volumes of the scale plugin,
+// named as the simulator names them.
+func scaleVolumes(n int) []*structs.CSIVolume {
+	vols := make([]*structs.CSIVolume, n)
+	for i := range vols {
+		vols[i] = &structs.CSIVolume{
+			ID: fmt.Sprintf("sim[%d]", i), Namespace: structs.DefaultNamespace, Name: fmt.Sprintf("sim[%d]", i),
+			ExternalID: fmt.Sprintf("ext-sim-%d", i), PluginID: scalePlugin,
+			RequestedCapabilities: []*structs.CSIVolumeCapability{{
+				AccessMode: structs.CSIAccessModeSingleNodeWriter, AttachmentMode: structs.CSIAttachmentModeFilesystem,
+			}},
+		}
+	}
+	return vols
+}

@@ -1,7 +1,6 @@
 package volumewatcher
 
 import (
-	"context"
 	"fmt"
 	"runtime"
 	"syscall"
@@ -67,16 +66,7 @@ func benchWatcherWrites(b *testing.B, claims int) {
 	cfg.Releaser = newFakeReleaser()
 	wt, err := New(cfg)
 	must.NoError(b, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		wt.Run(ctx)
-	}()
-	b.Cleanup(func() {
-		cancel()
-		<-done
-	})
+	runWatcher(b, wt)
 
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()

@@ -23,16 +23,7 @@ func startWatcherWith(t *testing.T, w *world, r Releaser, set func(*Config)) *Wa
 	set(&cfg)
 	wt, err := New(cfg)
 	must.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		wt.Run(ctx)
-	}()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-	})
+	runWatcher(t, wt)
 	return wt
 }
 

@@ -126,15 +126,21 @@ func startWatcher(t *testing.T, w *world, r Releaser, perPlugin int, grace time.
 	cfg.ClientReleaseGrace = grace
 	wt, err := New(cfg)
 	must.NoError(t, err)
+	runWatcher(t, wt)
+}
+
+// runWatcher runs wt until the test ends; Run returns only after the
+// releases it started.
+func runWatcher(tb testing.TB, wt *Watcher) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		wt.Run(ctx)
 	}()
-	t.Cleanup(func() {
+	tb.Cleanup(func() {
 		cancel()
-		<-done // Run returns only after the releases it started
+		<-done
 	})
 }
 
@@ -297,16 +303,7 @@ func TestWatcher_RetriesWhenAControllerComesBack(t *testing.T) {
 	cfg.MaxBackoff = time.Hour
 	wt, err := New(cfg)
 	must.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		wt.Run(ctx)
-	}()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-	})
+	runWatcher(t, wt)
 	// Backoff 50ms, 100ms, ... doubles: after a few tries the next one is
 	// far off.
 	waitFor(t, "three tries", func() bool { return r.finishedCount("v1") >= 3 })
