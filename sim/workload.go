@@ -43,6 +43,7 @@ func (s *Sim) operatorRPC(ctx context.Context, method string, args, reply any) e
 	for i := 0; ; i++ {
 		addr := s.cfg.Servers[i%len(s.cfg.Servers)]
 		sess, err := dialSession(addr, "", 10*time.Second, nil, s.logger, &s.wg)
+		dialFailed := err != nil // a server that is down: try the next one
 		if err == nil {
 			err = sess.call(ctx, method, args, reply, s.cfg.CallTimeout)
 			sess.close()
@@ -52,7 +53,7 @@ func (s *Sim) operatorRPC(ctx context.Context, method string, args, reply any) e
 		}
 		last = err
 		if ctx.Err() != nil || time.Now().After(deadline) ||
-			(!structs.IsRetryable(err) && !errors.Is(err, errConnLost) && !errors.Is(err, errCallTimedOut)) {
+			(!dialFailed && !structs.IsRetryable(err) && !errors.Is(err, errConnLost) && !errors.Is(err, errCallTimedOut)) {
 			return fmt.Errorf("sim: %s: %w", method, last)
 		}
 		if err := backoff(ctx, 200*time.Millisecond); err != nil {
