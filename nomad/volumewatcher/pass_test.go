@@ -144,6 +144,10 @@ func TestConfig_MinPassGap(t *testing.T) {
 // once and releases nothing; it must not set off another pass over every
 // claim. With 20 such claims, one plugin and PerPlugin 1, passes stay at
 // the first one's until the gap (a minute) is over.
+//
+// (It first also bounded the releases started to 2, which failed 4 runs in
+// 20 under -race: a release that ends while the pass is still walking the
+// claims frees its plugin's slot for the next claim in that same pass.)
 func TestWatcher_InProgressDoesNotWake(t *testing.T) {
 	w := newWorld(t)
 	r := newFakeReleaser()
@@ -164,7 +168,14 @@ func TestWatcher_InProgressDoesNotWake(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	must.LessEq(t, 2, wt.passes.Load())
+	// Within one pass, a slot a fast release frees is used by the next
+	// due claim, so several releases may start; none may start twice,
+	// which only another pass could do (each is backed off a minute).
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	must.LessEq(t, 2, len(r.started))
+	seen := make(map[string]bool)
+	for _, id := range r.started {
+		must.False(t, seen[id], must.Sprintf("release of %s started twice: %v", id, r.started))
+		seen[id] = true
+	}
 }
