@@ -322,9 +322,6 @@ func TestConfig_Validate(t *testing.T) {
 		{"backoff range inverted", func(c *Config) { c.MaxRetryBackoff = c.MinRetryBackoff / 2 }, "backoff"},
 		{"zero dial timeout", func(c *Config) { c.DialTimeout = 0 }, "dial timeout"},
 		{"zero csi node call timeout", func(c *Config) { c.CSINodeCallTimeout = 0 }, "csi node call timeout"},
-		{"controller call outlives the servers' fence", func(c *Config) {
-			c.CSIControllerCallTimeout = structs.CSIControllerCallMax + time.Second
-		}, "csi controller call timeout = 2m1s, must not exceed 2m0s"},
 		{"node name with slash", func(c *Config) { c.NodeName = "a/b" }, `node name "a/b" holds '/'`},
 		{"plugin ID traversal", func(c *Config) {
 			c.CSIPlugins = map[string]*CSIPluginConfig{"../p": {ID: "../p", Type: CSIPluginTypeNode, Socket: "/run/p.sock"}}

@@ -154,7 +154,7 @@ func DefaultConfig() *Config {
 		DialTimeout:     5 * time.Second,
 
 		CSIFingerprintInterval:   30 * time.Second,
-		CSIControllerCallTimeout: structs.CSIControllerCallMax,
+		CSIControllerCallTimeout: 2 * time.Minute,
 		CSIControllerWait:        time.Minute,
 		// Under the servers' default node detach timeout (1m), with room
 		// for the answer to get back to them.
@@ -212,10 +212,6 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("client config: csi fingerprint interval = %s, must be positive", c.CSIFingerprintInterval)
 	case c.CSIControllerCallTimeout <= 0:
 		return fmt.Errorf("client config: csi controller call timeout = %s, must be positive", c.CSIControllerCallTimeout)
-	case c.CSIControllerCallTimeout > structs.CSIControllerCallMax:
-		// The servers' fences assume no call outlives this (structs.CSIControllerCallMax).
-		return fmt.Errorf("client config: csi controller call timeout = %s, must not exceed %s",
-			c.CSIControllerCallTimeout, structs.CSIControllerCallMax)
 	case c.CSIControllerWait < 0:
 		return fmt.Errorf("client config: csi controller wait = %s, must not be negative", c.CSIControllerWait)
 	case c.CSINodeCallTimeout <= 0:

@@ -12,7 +12,7 @@ import (
 )
 
 // csiCallTimeout bounds one destructive controller call in its lane.
-const csiCallTimeout = structs.CSIControllerCallMax
+const csiCallTimeout = 2 * time.Minute
 
 // Claim claims a volume for an allocation (State taken) or releases the
 // claim (State unpublishing). Only the allocation's node may ask. Each
@@ -438,7 +438,7 @@ func (s *Server) applyRecordedFence(lanes *controllerLanes, pluginID string, can
 	if err != nil {
 		return nil, err
 	}
-	return recordedFenceCandidates(pluginID, candidates, rec, node, time.Now())
+	return recordedFenceCandidates(pluginID, candidates, rec, node)
 }
 
 // recordFence writes pluginID's fence to nodeID through Raft, unless it

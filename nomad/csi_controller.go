@@ -131,32 +131,13 @@ func (l *controllerLanes) knownIdle(pluginID, nodeID string) bool {
 
 // recordedFenceCandidates applies the fence recorded in Raft (see
 // structs.CSIControllerFence) to candidates: while this leader has not
-// seen a call answered on the recorded node, only that node may be called.
-// If it is not among the candidates (its controller unhealthy, or the node
-// disconnected), the caller is told to come back: the error is retryable.
-//
-// The fence lifts when the node is gone, or has been down for longer than
-// a controller call may run (structs.CSIControllerCallMax, plus a margin). Being declared down alone is
-// not enough: a node cut off from the servers keeps running the call it
-// was sent, up to that deadline, and a second controller called meanwhile
-// would reach the storage provider at the same time. Every call under the
-// fence was sent before the node was declared down (the leader that sent
-// it lost its lanes when it lost leadership, and the node is declared
-// down by a later leader, or by the same one after it stopped picking the
-// node), so it has ended by the time the node has been down for the
-// deadline.
-func recordedFenceCandidates(pluginID string, candidates iter.Seq[*structs.Node], rec *structs.CSIControllerFence, node *structs.Node, now time.Time) (iter.Seq[*structs.Node], error) {
-	if node == nil {
+// seen a call answered on the recorded node, and that node is not down,
+// only that node may be called. If it is not among the candidates (its
+// controller unhealthy, or the node disconnected but not yet down), the
+// caller is told to come back: the error is retryable.
+func recordedFenceCandidates(pluginID string, candidates iter.Seq[*structs.Node], rec *structs.CSIControllerFence, node *structs.Node) (iter.Seq[*structs.Node], error) {
+	if node == nil || node.Status == structs.NodeStatusDown {
 		return candidates, nil
-	}
-	if node.Status == structs.NodeStatusDown {
-		downFor := now.Sub(time.Unix(node.StatusUpdatedAt, 0))
-		if downFor >= structs.CSIControllerCallMax+structs.CSIFenceDownMargin {
-			return candidates, nil
-		}
-		return nil, fmt.Errorf("%w: plugin %q: an earlier leader sent a controller call to node %s, which went down %s ago; "+
-			"the call may still be running there until its %s deadline, so no other controller is called before then",
-			structs.ErrClaimInProgress, pluginID, rec.NodeID, downFor.Round(time.Second), structs.CSIControllerCallMax)
 	}
 	for n := range candidates {
 		if n.ID == rec.NodeID {

@@ -88,46 +88,29 @@ func TestControllerFence_SurvivesLeaderChange(t *testing.T) {
 }
 
 // The recorded fence pins to its node while the node is a candidate, tells
-// callers to come back while it is not, holds while the node has been down
-// for less than a controller call may run, and lifts after that or once the
-// node is gone.
+// callers to come back while it is not (and not down), and lifts once the
+// node is down or gone.
 func TestRecordedFenceCandidates(t *testing.T) {
 	healthy := true
 	a := ctrlNode("a", structs.NodeStatusReady, &healthy)
 	b := ctrlNode("b", structs.NodeStatusReady, &healthy)
 	rec := &structs.CSIControllerFence{PluginID: testPlugin, NodeID: "b"}
-	now := time.Now()
 
-	got, err := recordedFenceCandidates(testPlugin, slices.Values([]*structs.Node{a, b}), rec, b, now)
+	got, err := recordedFenceCandidates(testPlugin, slices.Values([]*structs.Node{a, b}), rec, b)
 	must.NoError(t, err)
 	must.Eq(t, []string{"b"}, nodeIDs(slices.Collect(got)))
 
-	_, err = recordedFenceCandidates(testPlugin, slices.Values([]*structs.Node{a}), rec, b, now)
+	_, err = recordedFenceCandidates(testPlugin, slices.Values([]*structs.Node{a}), rec, b)
 	must.ErrorIs(t, err, structs.ErrClaimInProgress)
 	must.True(t, structs.IsRetryable(err))
 	must.StrContains(t, err.Error(), "node b")
 
-	// Declared down a moment ago: the call sent there may still be
-	// running at the provider, so no other controller yet.
 	down := ctrlNode("b", structs.NodeStatusDown, &healthy)
-	down.StatusUpdatedAt = now.Add(-20 * time.Second).Unix()
-	_, err = recordedFenceCandidates(testPlugin, slices.Values([]*structs.Node{a}), rec, down, now)
-	must.ErrorIs(t, err, structs.ErrClaimInProgress, must.Sprint("a node down for 20 s may still run the call"))
-	must.True(t, structs.IsRetryable(err))
-	must.StrContains(t, err.Error(), "went down")
-
-	// Just inside the deadline plus margin: still held.
-	down.StatusUpdatedAt = now.Add(-structs.CSIControllerCallMax).Unix()
-	_, err = recordedFenceCandidates(testPlugin, slices.Values([]*structs.Node{a}), rec, down, now)
-	must.ErrorIs(t, err, structs.ErrClaimInProgress)
-
-	// Down for longer than any call may run: lifted.
-	down.StatusUpdatedAt = now.Add(-structs.CSIControllerCallMax - structs.CSIFenceDownMargin - time.Second).Unix()
-	got, err = recordedFenceCandidates(testPlugin, slices.Values([]*structs.Node{a}), rec, down, now)
+	got, err = recordedFenceCandidates(testPlugin, slices.Values([]*structs.Node{a}), rec, down)
 	must.NoError(t, err)
 	must.Eq(t, []string{"a"}, nodeIDs(slices.Collect(got)))
 
-	got, err = recordedFenceCandidates(testPlugin, slices.Values([]*structs.Node{a}), rec, nil, now)
+	got, err = recordedFenceCandidates(testPlugin, slices.Values([]*structs.Node{a}), rec, nil)
 	must.NoError(t, err)
 	must.Eq(t, []string{"a"}, nodeIDs(slices.Collect(got)))
 }
