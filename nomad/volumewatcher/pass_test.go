@@ -75,11 +75,26 @@ func TestWatcher_WritesShareAPass(t *testing.T) {
 		must.NoError(t, w.store.UpdateCSIVolumeClaim(w.next(), structs.DefaultNamespace, "v2", claim))
 	}
 	// Give any pass the writes would set off time to run, then count.
-	deadline := time.Now().Add(500 * time.Millisecond)
-	for time.Now().Before(deadline) && wt.passes.Load() <= first+1 {
-		time.Sleep(10 * time.Millisecond)
+	passesStayAtMost(t, wt, first+1)
+}
+
+// passesStayAtMost fails if wt's pass count goes past n within half a
+// second: the time any pass a test's writes or endings set off needs to
+// start. It returns as soon as the count is past n.
+func passesStayAtMost(t *testing.T, wt *Watcher, n int64) {
+	t.Helper()
+	window := time.NewTimer(500 * time.Millisecond)
+	defer window.Stop()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for wt.passes.Load() <= n {
+		select {
+		case <-window.C:
+			return
+		case <-tick.C:
+		}
 	}
-	must.LessEq(t, first+1, wt.passes.Load())
+	must.LessEq(t, n, wt.passes.Load())
 }
 
 // storeReleaser frees the claim in the store before it reports the
@@ -163,11 +178,7 @@ func TestWatcher_InProgressDoesNotWake(t *testing.T) {
 	})
 	waitFor(t, "a first release tried", func() bool { return r.finishedCount("v0") > 0 })
 	// Give passes the wake-ups would set off time to run, then count.
-	deadline := time.Now().Add(500 * time.Millisecond)
-	for time.Now().Before(deadline) && wt.passes.Load() <= 2 {
-		time.Sleep(10 * time.Millisecond)
-	}
-	must.LessEq(t, 2, wt.passes.Load())
+	passesStayAtMost(t, wt, 2)
 	// Within one pass, a slot a fast release frees is used by the next
 	// due claim, so several releases may start; none may start twice,
 	// which only another pass could do (each is backed off a minute).
