@@ -518,13 +518,7 @@ func (c *CSIVolume) ListSnapshots(args *structs.CSISnapshotListRequest, reply *s
 	if err := knownPlugin(store, args.PluginID); err != nil {
 		return err
 	}
-	candidates, err := pluginControllers(store, args.PluginID)
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(srv.shutdownCtx, csiCallTimeout)
-	defer cancel()
-	_, err = callController(ctx, args.PluginID, candidates, func(ctx context.Context, cn *structs.Node) error {
+	index, err := srv.readFromController(args.PluginID, func(ctx context.Context, cn *structs.Node) error {
 		req := structs.ClientCSIControllerListSnapshotsRequest{
 			PluginID: args.PluginID, MaxEntries: args.MaxEntries, StartingToken: args.StartingToken,
 			Secrets: args.Secrets, CSIControllerQuery: structs.CSIControllerQuery{ControllerNodeID: cn.ID},
@@ -539,9 +533,6 @@ func (c *CSIVolume) ListSnapshots(args *structs.CSISnapshotListRequest, reply *s
 	if err != nil {
 		return fmt.Errorf("listing snapshots of plugin %q: %w", args.PluginID, err)
 	}
-	reply.Index, err = store.Index(state.TableCSIPlugins)
-	if reply.Index == 0 {
-		reply.Index = 1
-	}
-	return err
+	reply.Index = index
+	return nil
 }

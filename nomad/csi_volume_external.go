@@ -44,13 +44,7 @@ func (c *CSIVolume) ListExternal(args *structs.CSIVolumeExternalListRequest, rep
 		return fmt.Errorf("%w: plugin %q does not list volumes (no controller advertises LIST_VOLUMES)",
 			structs.ErrInvalidRequest, args.PluginID)
 	}
-	candidates, err := pluginControllers(store, args.PluginID)
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(srv.shutdownCtx, csiCallTimeout)
-	defer cancel()
-	_, err = callController(ctx, args.PluginID, candidates, func(ctx context.Context, cn *structs.Node) error {
+	index, err := srv.readFromController(args.PluginID, func(ctx context.Context, cn *structs.Node) error {
 		req := structs.ClientCSIControllerListVolumesRequest{
 			PluginID: args.PluginID, MaxEntries: args.PerPage, StartingToken: args.NextToken,
 			CSIControllerQuery: structs.CSIControllerQuery{ControllerNodeID: cn.ID},
@@ -65,9 +59,25 @@ func (c *CSIVolume) ListExternal(args *structs.CSIVolumeExternalListRequest, rep
 	if err != nil {
 		return fmt.Errorf("listing volumes of plugin %q: %w", args.PluginID, err)
 	}
-	reply.Index, err = store.Index(state.TableCSIPlugins)
-	if reply.Index == 0 {
-		reply.Index = 1
+	reply.Index = index
+	return nil
+}
+
+// readFromController runs a call that changes nothing (a listing) on the
+// plugin's first healthy controller that answers, in the order the lane
+// uses but outside it, and returns the plugins table's index for the
+// reply (at least 1).
+func (s *Server) readFromController(pluginID string, call func(ctx context.Context, cn *structs.Node) error) (uint64, error) {
+	store := s.State()
+	candidates, err := pluginControllers(store, pluginID)
+	if err != nil {
+		return 0, err
 	}
-	return err
+	ctx, cancel := context.WithTimeout(s.shutdownCtx, csiCallTimeout)
+	defer cancel()
+	if _, err := callController(ctx, pluginID, candidates, call); err != nil {
+		return 0, err
+	}
+	index, err := store.Index(state.TableCSIPlugins)
+	return max(index, 1), err
 }
