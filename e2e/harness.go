@@ -596,6 +596,7 @@ func stopAndReport(t testing.TB, agents []*Agent) {
 			t.Log("e2e: " + n)
 		}
 	}
+	keepLogs(t, agents)
 	if !t.Failed() {
 		return
 	}
@@ -643,4 +644,41 @@ func RunRoam(t testing.TB, timeout time.Duration, args ...string) (stdout, stder
 		t.Fatalf("e2e: run roam %s: %v", strings.Join(args, " "), err)
 	}
 	return out.String(), errOut.String(), 0
+}
+
+// EnvKeepLogs names a directory into which a failed test's agent logs are
+// copied whole (its temporary directory is removed when it ends; the
+// tails printed on failure are often too short to find a cause). With
+// EnvKeepLogsAlways set too, every test's logs are kept.
+const (
+	EnvKeepLogs       = "ROAM_E2E_KEEP_LOGS"
+	EnvKeepLogsAlways = "ROAM_E2E_KEEP_LOGS_ALWAYS"
+)
+
+// keepLogs copies each agent's log and exit metrics under EnvKeepLogs.
+func keepLogs(t testing.TB, agents []*Agent) {
+	root := os.Getenv(EnvKeepLogs)
+	if root == "" || (!t.Failed() && os.Getenv(EnvKeepLogsAlways) == "") {
+		return
+	}
+	name := strings.NewReplacer("/", "_", " ", "_").Replace(t.Name())
+	dir := filepath.Join(root, fmt.Sprintf("%s-%s", name, time.Now().UTC().Format("20060102T150405")))
+	for _, a := range agents {
+		for _, src := range []string{a.LogPath, filepath.Join(a.DataDir, "metrics-at-exit.prom")} {
+			buf, err := os.ReadFile(src)
+			if errors.Is(err, os.ErrNotExist) {
+				continue
+			}
+			if err == nil {
+				err = os.MkdirAll(filepath.Join(dir, a.Name), 0o755)
+			}
+			if err == nil {
+				err = os.WriteFile(filepath.Join(dir, a.Name, filepath.Base(src)), buf, 0o644)
+			}
+			if err != nil {
+				t.Logf("e2e: keep %s's %s: %v", a.Name, filepath.Base(src), err)
+			}
+		}
+	}
+	t.Logf("e2e: agent logs kept in %s", dir)
 }
