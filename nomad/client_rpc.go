@@ -190,18 +190,8 @@ func (s *Server) otherServers() []string {
 // and returns the address of the one whose session is newest: a client that
 // moved may leave a dying session behind on its old server.
 func (s *Server) findNodeServer(ctx context.Context, nodeID string) (string, error) {
-	type answer struct {
-		addr string
-		resp structs.NodeConnQueryResponse
-		err  error
-	}
-	servers := s.otherServers()
-	answers := make(chan answer, len(servers))
-	var wg sync.WaitGroup
-	for _, addr := range servers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+	return s.pickNodeServer(ctx, nodeID, s.otherServers(), nodeServerGrace,
+		func(ctx context.Context, addr string) (structs.NodeConnQueryResponse, error) {
 			qctx, cancel := context.WithTimeout(ctx, s.config.RPCHoldTimeout)
 			defer cancel()
 			req := structs.NodeSpecificRequest{
@@ -210,18 +200,57 @@ func (s *Server) findNodeServer(ctx context.Context, nodeID string) (string, err
 			}
 			var resp structs.NodeConnQueryResponse
 			err := s.connPool.RPC(qctx, addr, "Status.HasNodeConn", &req, &resp)
+			return resp, err
+		})
+}
+
+// nodeServerGrace is how long findNodeServer still waits for the other
+// servers once one has said it holds the node's session: ample for any
+// server it can reach to answer too, so that the newest session wins. A
+// server silent after that is cut off or stuck, and a session it holds
+// could not carry the call anyway; waiting for it (up to the hold
+// timeout) would stall every call relayed while one server is
+// partitioned, and with it the plugin's lane.
+const nodeServerGrace = 250 * time.Millisecond
+
+// pickNodeServer runs query against every server in servers at once and
+// returns the one holding the newest session for nodeID: once all have
+// answered, or grace after the first that holds one.
+func (s *Server) pickNodeServer(ctx context.Context, nodeID string, servers []string, grace time.Duration,
+	query func(context.Context, string) (structs.NodeConnQueryResponse, error)) (string, error) {
+	type answer struct {
+		addr string
+		resp structs.NodeConnQueryResponse
+		err  error
+	}
+	qctx, cancel := context.WithCancel(ctx)
+	defer cancel() // the queries still out are not waited for
+	answers := make(chan answer, len(servers))
+	for _, addr := range servers {
+		go func() {
+			resp, err := query(qctx, addr)
 			answers <- answer{addr: addr, resp: resp, err: err}
 		}()
 	}
-	wg.Wait()
-	close(answers)
 
 	var (
 		best    string
 		newest  time.Time
 		lastErr error
+		graceC  <-chan time.Time
 	)
-	for a := range answers {
+	for pending := len(servers); pending > 0; {
+		var a answer
+		select {
+		case a = <-answers:
+			pending--
+		case <-graceC:
+			s.logger.Debug("node's session found; not waiting for servers that have not answered",
+				"node_id", nodeID, "server", best, "unanswered", pending)
+			return best, nil
+		case <-ctx.Done():
+			return "", fmt.Errorf("find server of node %s: %w", nodeID, ctx.Err())
+		}
 		if a.err != nil {
 			lastErr = a.err
 			s.logger.Debug("node connection query failed", "server", a.addr, "node_id", nodeID, "error", a.err)
@@ -229,13 +258,15 @@ func (s *Server) findNodeServer(ctx context.Context, nodeID string) (string, err
 		}
 		if a.resp.Connected && (best == "" || a.resp.Established.After(newest)) {
 			best, newest = a.addr, a.resp.Established
+			if graceC == nil {
+				t := time.NewTimer(grace)
+				defer t.Stop()
+				graceC = t.C
+			}
 		}
 	}
 	if best != "" {
 		return best, nil
-	}
-	if err := ctx.Err(); err != nil {
-		return "", fmt.Errorf("find server of node %s: %w", nodeID, err)
 	}
 	if lastErr != nil {
 		return "", fmt.Errorf("%w: node %s (some servers did not answer: %v)", structs.ErrNodeNotConnected, nodeID, lastErr)

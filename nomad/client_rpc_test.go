@@ -264,3 +264,84 @@ func TestClientRPC_RelayLostMidCallIsOutcomeUnknown(t *testing.T) {
 	must.False(t, errors.Is(err, structs.ErrNodeNotConnected), must.Sprint(err))
 	must.False(t, controllerUnavailable(err), must.Sprint("an unknown outcome must not move on to the next controller"))
 }
+
+// A server that never answers (cut off by a partition, say) must not hold
+// up a relayed call once another server has said it holds the node's
+// session: before, every relayed call waited the whole hold timeout for
+// the silent server, one call at a time in the plugin's lane.
+func TestPickNodeServer_SilentServerDoesNotHoldTheCall(t *testing.T) {
+	s := &Server{logger: hclog.NewNullLogger()}
+	established := time.Now()
+	query := func(ctx context.Context, addr string) (structs.NodeConnQueryResponse, error) {
+		switch addr {
+		case "holder":
+			return structs.NodeConnQueryResponse{Connected: true, Established: established}, nil
+		case "other":
+			return structs.NodeConnQueryResponse{}, nil
+		default: // "silent": answers only when given up on
+			<-ctx.Done()
+			return structs.NodeConnQueryResponse{}, ctx.Err()
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	type result struct {
+		addr string
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		addr, err := s.pickNodeServer(ctx, "n1", []string{"silent", "holder", "other"}, 50*time.Millisecond, query)
+		done <- result{addr, err}
+	}()
+	select {
+	case r := <-done:
+		must.NoError(t, r.err)
+		must.Eq(t, "holder", r.addr)
+	case <-time.After(10 * time.Second):
+		t.Fatal("pickNodeServer waited for the silent server although another holds the session")
+	}
+}
+
+// Within the grace, the newest session still wins: a client that moved
+// leaves a dying session on its old server, which may answer first.
+func TestPickNodeServer_NewestSessionWins(t *testing.T) {
+	s := &Server{logger: hclog.NewNullLogger()}
+	old, moved := time.Now().Add(-time.Minute), time.Now()
+	oldAnswered := make(chan struct{})
+	query := func(ctx context.Context, addr string) (structs.NodeConnQueryResponse, error) {
+		if addr == "old" {
+			defer close(oldAnswered)
+			return structs.NodeConnQueryResponse{Connected: true, Established: old}, nil
+		}
+		<-oldAnswered // the newer session's server answers second
+		return structs.NodeConnQueryResponse{Connected: true, Established: moved}, nil
+	}
+	addr, err := s.pickNodeServer(context.Background(), "n1", []string{"new", "old"}, 10*time.Second, query)
+	must.NoError(t, err)
+	must.Eq(t, "new", addr)
+}
+
+// No server holding the session is "not connected", naming a server that
+// failed to answer; a caller's deadline ends the wait.
+func TestPickNodeServer_NoneHoldsIt(t *testing.T) {
+	s := &Server{logger: hclog.NewNullLogger()}
+	query := func(ctx context.Context, addr string) (structs.NodeConnQueryResponse, error) {
+		switch addr {
+		case "down":
+			return structs.NodeConnQueryResponse{}, errors.New("dial refused")
+		case "silent":
+			<-ctx.Done()
+			return structs.NodeConnQueryResponse{}, ctx.Err()
+		}
+		return structs.NodeConnQueryResponse{}, nil
+	}
+	_, err := s.pickNodeServer(context.Background(), "n1", []string{"down", "other"}, time.Second, query)
+	must.ErrorIs(t, err, structs.ErrNodeNotConnected)
+	must.StrContains(t, err.Error(), "dial refused")
+
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	_, err = s.pickNodeServer(ctx, "n1", []string{"silent", "other"}, time.Second, query)
+	must.ErrorIs(t, err, context.DeadlineExceeded)
+}
