@@ -17,8 +17,13 @@ import (
 )
 
 // EnvBenchHandoffs overrides how many handoffs of each kind
-// BenchmarkLeadership_LeaderlessGap measures (default 20).
-const EnvBenchHandoffs = "ROAM_BENCH_HANDOFFS"
+// BenchmarkLeadership_LeaderlessGap measures (default 20), and
+// EnvBenchLogLevel the servers' log level (default INFO; DEBUG shows
+// Raft's election, with ROAM_E2E_KEEP_LOGS to keep the logs).
+const (
+	EnvBenchHandoffs = "ROAM_BENCH_HANDOFFS"
+	EnvBenchLogLevel = "ROAM_BENCH_LOG_LEVEL"
+)
 
 // hclogTime is hclog's default timestamp layout (millisecond resolution),
 // for suites that read agents' log timestamps.
@@ -79,7 +84,11 @@ func BenchmarkLeadership_LeaderlessGap(b *testing.B) {
 		}
 		n = v
 	}
-	c := StartCluster(b, Opts{Servers: 3, LogLevel: "INFO"})
+	level := "INFO"
+	if l := os.Getenv(EnvBenchLogLevel); l != "" {
+		level = l
+	}
+	c := StartCluster(b, Opts{Servers: 3, LogLevel: level})
 	waitWhole(b, c, -1)
 	raw := startRawCluster(b, filepath.Join(c.Dir, "raw-raft"))
 

@@ -90,7 +90,7 @@ func handoffGap(tb testing.TB, servers []*Server) time.Duration {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	start := time.Now()
-	if _, _, err := old.handoff(ctx, "", "", true); err != nil {
+	if _, err := old.handoff(ctx, "", "", true); err != nil {
 		tb.Fatalf("handoff: %v", err)
 	}
 	for {

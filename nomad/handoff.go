@@ -29,20 +29,20 @@ import (
 // It runs in the caller's goroutine, never in the leadership owner's: it
 // claims the duties from the owner, asks it to stop them, and releases
 // them when done, and Raft's notifications are read meanwhile.
-func (s *Server) handoff(ctx context.Context, peerID, peerAddr string, resume bool) (id, addr string, err error) {
+func (s *Server) handoff(ctx context.Context, peerID, peerAddr string, resume bool) (h handedOver, err error) {
 	// A second handoff (a signal during the operator's) waits for the
 	// first, then finds this server a follower.
 	if err := s.claimLeadership(ctx); err != nil {
-		return "", "", err
+		return h, err
 	}
 	if !s.IsLeader() {
 		s.releaseLeadership(ctx, false, false)
-		return "", "", structs.ErrNoLeader
+		return h, structs.ErrNoLeader
 	}
 	target, err := s.transferTarget(peerID, peerAddr)
 	if err != nil {
 		s.releaseLeadership(ctx, false, false)
-		return "", "", err
+		return h, err
 	}
 	start := time.Now()
 	s.logger.Info("leadership handoff started", "target", transferTargetName(target))
@@ -58,7 +58,7 @@ func (s *Server) handoff(ctx context.Context, peerID, peerAddr string, resume bo
 	t, err := s.stopDuties(ctx)
 	if err != nil {
 		s.releaseLeadership(ctx, false, false)
-		return "", "", fmt.Errorf("leadership handoff: %w", err)
+		return h, fmt.Errorf("leadership handoff: %w", err)
 	}
 	s.stopAndDrain(ctx, start, t, clock)
 	// Followers learn of the last write now rather than at the next
@@ -71,7 +71,8 @@ func (s *Server) handoff(ctx context.Context, peerID, peerAddr string, resume bo
 
 	tctx, cancel := context.WithTimeout(ctx, s.config.RPCHoldTimeout)
 	defer cancel()
-	id, addr, err = s.transferLeadership(tctx, target)
+	h.LastIndex = s.raft.LastIndex()
+	h.ID, h.Addr, err = s.transferLeadership(tctx, target)
 	clock.step(stepTransfer)
 	if err != nil {
 		err = fmt.Errorf("leadership handoff: %w", err)
@@ -80,7 +81,7 @@ func (s *Server) handoff(ctx context.Context, peerID, peerAddr string, resume bo
 			s.logger.Error("handoff failed; this server still leads and resumes its duties", "error", err)
 		}
 		s.releaseLeadership(ctx, restart, false)
-		return "", "", err
+		return h, err
 	}
 	// Should Raft have made this server leader again meanwhile, its duties
 	// start: a leader is never left without them.
@@ -89,8 +90,50 @@ func (s *Server) handoff(ctx context.Context, peerID, peerAddr string, resume bo
 	setMillis(handoffGauge(stepTotal), time.Since(start))
 	// Last, so that whoever sees the count move reads this handoff's gauges.
 	metrics.IncrCounter(metricHandoffDone, 1)
-	s.logger.Info("leadership handed over", "new_leader_id", id, "new_leader_addr", addr, "took", time.Since(start))
-	return id, addr, nil
+	s.logger.Info("leadership handed over", "new_leader_id", h.ID, "new_leader_addr", h.Addr, "took", time.Since(start))
+	return h, nil
+}
+
+// lingerAfterHandoff bounds how long a server shutting down after a
+// handoff keeps Raft running for the new leader's first commit: a few of
+// Raft's commit timeouts (50 to 100 ms each).
+const lingerAfterHandoff = 500 * time.Millisecond
+
+// handedOver is what a handoff that succeeded leaves: the new leader, and
+// the last index of this server's log when it asked for the transfer, so
+// every later entry is the new leader's.
+type handedOver struct {
+	ID, Addr  string
+	LastIndex uint64
+}
+
+// awaitNextTermCommit keeps a server that has just handed leadership over
+// in the cluster until it learns that an entry after its own last one is
+// committed, that is, until the new leader has committed its first
+// writes, or until bound passes. The server that just voted for the new
+// leader is the one whose vote and connections are warm: if it shut Raft
+// down at once, the new leader's first write (its barrier before duties)
+// would have to wait for the third server, which may still be voting and
+// has no connection from it yet. It reports whether the commit was seen.
+//
+// Raft tells a follower of commits only in the leader's next message, so
+// this returns up to a commit timeout after the new leader's barrier; it
+// delays the old server's exit by that much, not the new leader's duties.
+func (s *Server) awaitNextTermCommit(ctx context.Context, after uint64, bound time.Duration) bool {
+	ctx, cancel := context.WithTimeout(ctx, bound)
+	defer cancel()
+	tick := time.NewTicker(2 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if s.raft.CommitIndex() > after {
+			return true
+		}
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			return false
+		}
+	}
 }
 
 // stopAndDrain waits, bounded by LeaveDrainTimeout, for term t (stopped by

@@ -418,7 +418,7 @@ func (o *leadershipOwner) stepDown(reason error) {
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		_, _, err := s.handoff(s.shutdownCtx, "", "", false)
+		_, err := s.handoff(s.shutdownCtx, "", "", false)
 		if err == nil || errors.Is(err, structs.ErrNoLeader) || errors.Is(err, ErrServerClosed) {
 			return
 		}

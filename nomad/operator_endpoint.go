@@ -93,10 +93,10 @@ func (op *Operator) TransferLeadership(args *structs.TransferLeadershipRequest, 
 	}
 	// The same drain-then-transfer as a leader that shuts down, except that
 	// this server stays up and, should the transfer fail, keeps leading.
-	id, addr, err := op.srv.handoff(op.srv.shutdownCtx, args.PeerID, args.PeerAddress, true)
+	h, err := op.srv.handoff(op.srv.shutdownCtx, args.PeerID, args.PeerAddress, true)
 	if err != nil {
 		return err
 	}
-	reply.NewLeaderID, reply.NewLeaderAddr = id, addr
+	reply.NewLeaderID, reply.NewLeaderAddr = h.ID, h.Addr
 	return nil
 }

@@ -652,7 +652,10 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		s.logger.Info("server shutting down")
 		// A leader finishes its in-flight controller calls and hands over
 		// first, so the cluster does not wait out an election.
-		_, _, err := s.handoff(ctx, "", "", false)
+		h, err := s.handoff(ctx, "", "", false)
+		if err == nil && !s.awaitNextTermCommit(ctx, h.LastIndex, lingerAfterHandoff) {
+			s.logger.Debug("new leader's first commit not seen before shutting raft down", "waited", lingerAfterHandoff)
+		}
 		switch {
 		case errors.Is(err, structs.ErrNoLeader):
 			// A follower has nothing to hand over.
