@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/raft"
 	"github.com/shoenig/test/must"
 	"github.com/shoenig/test/wait"
 
@@ -91,4 +92,65 @@ func TestLeadership_LostDuringLongSchedulerPass(t *testing.T) {
 		t.Fatal("the long pass ended early; the test proves nothing")
 	default:
 	}
+}
+
+// A new leader opens its duties only once its FSM has applied every entry
+// committed before its term: here the follower that becomes leader cannot
+// apply the old leader's last write (its FSM is held on it), and must not
+// open its duties until it can. Raft's applied index does not show this
+// (it counts entries handed to the FSM, not applied); the barrier does.
+func TestLeadership_DutiesWaitForEarlierEntriesApplied(t *testing.T) {
+	c := testMemClusterWith(t, 3, withSteadyRaft)
+	old := waitForLeaderDuties(t, c.servers...)
+	next := c.others(old)[0]
+
+	var holding atomic.Bool
+	held, release := make(chan struct{}), make(chan struct{})
+	var releaseOnce atomic.Bool
+	unhold := func() {
+		if releaseOnce.CompareAndSwap(false, true) {
+			close(release)
+		}
+	}
+	t.Cleanup(unhold)
+	next.fsm.SetApplyHook(func(mt structs.MessageType, evals []*structs.Evaluation) {
+		if mt == structs.NodeRegisterRequestType && holding.CompareAndSwap(false, true) {
+			close(held)
+			<-release
+		}
+		next.onApply(mt, evals)
+	})
+	node := workNode("held-entry")
+	registerNodeRetry(t, old, node)
+	select {
+	case <-held:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the follower never applied the old leader's write")
+	}
+	heldAt := next.raft.AppliedIndex()
+
+	must.NoError(t, old.raft.LeadershipTransferToServer(raft.ServerID(next.config.NodeID), raft.ServerAddress(next.Addr())).Error())
+	// next leads and has committed an entry of its term, but its FSM is
+	// still held on the old leader's write: no duties yet.
+	must.Wait(t, wait.InitialSuccess(wait.ErrorFunc(func() error {
+		if !next.IsLeader() {
+			return errors.New("the transfer target does not lead yet")
+		}
+		if next.raft.CommitIndex() <= heldAt+1 {
+			return fmt.Errorf("no entry of the new term committed yet (commit index %d)", next.raft.CommitIndex())
+		}
+		return nil
+	}), wait.Timeout(10*time.Second), wait.Gap(time.Millisecond)))
+	must.Wait(t, wait.ContinualSuccess(wait.ErrorFunc(func() error {
+		if next.heartbeats.running() || next.lanes.Load() != nil {
+			return fmt.Errorf("duties opened with the FSM held after index %d (Raft has handed it up to %d)", heldAt, next.raft.AppliedIndex())
+		}
+		return nil
+	}), wait.Timeout(500*time.Millisecond), wait.Gap(5*time.Millisecond)))
+
+	unhold()
+	waitForLeaderDuties(t, next)
+	n, err := next.State().NodeByID(nil, node.ID)
+	must.NoError(t, err)
+	must.NotNil(t, n, must.Sprint("duties opened without the old leader's write in the state"))
 }
