@@ -268,6 +268,10 @@ func (s *Server) pickNodeServer(ctx context.Context, nodeID string, servers []st
 	if best != "" {
 		return best, nil
 	}
+	if err := ctx.Err(); err != nil {
+		// The caller gave up: say so, not that the node has no session.
+		return "", fmt.Errorf("find server of node %s: %w", nodeID, err)
+	}
 	if lastErr != nil {
 		return "", fmt.Errorf("%w: node %s (some servers did not answer: %v)", structs.ErrNodeNotConnected, nodeID, lastErr)
 	}

@@ -344,4 +344,12 @@ func TestPickNodeServer_NoneHoldsIt(t *testing.T) {
 	defer cancel()
 	_, err = s.pickNodeServer(ctx, "n1", []string{"silent", "other"}, time.Second, query)
 	must.ErrorIs(t, err, context.DeadlineExceeded)
+
+	// A caller already gone hears that, not "not connected", even when
+	// there is no other server to ask.
+	done, stop := context.WithCancel(context.Background())
+	stop()
+	_, err = s.pickNodeServer(done, "n1", nil, time.Second, query)
+	must.ErrorIs(t, err, context.Canceled)
+	must.False(t, errors.Is(err, structs.ErrNodeNotConnected), must.Sprint(err))
 }
