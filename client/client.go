@@ -237,7 +237,7 @@ func (c *Client) rpcRetrying(ctx context.Context, method string, args, reply any
 			return nil
 		}
 		if errors.Is(err, ErrShutdown) || ctx.Err() != nil ||
-			(!structs.IsRetryable(err) && !errors.Is(err, errConnLost) && !errors.Is(err, errCallTimedOut) && !isDialError(err)) {
+			!retryableCall(err) {
 			return err
 		}
 		if time.Now().After(deadline) {

@@ -93,6 +93,13 @@ var errConnLost = errors.New("connection to server lost")
 // with a lost connection.
 var errCallTimedOut = errors.New("call to server timed out")
 
+// retryableCall says whether a failed call to the servers may succeed if
+// sent again: the servers said so, the connection broke or timed out
+// with the outcome unknown, or no server could be dialed.
+func retryableCall(err error) bool {
+	return structs.IsRetryable(err) || errors.Is(err, errConnLost) || errors.Is(err, errCallTimedOut) || isDialError(err)
+}
+
 // call runs one RPC. A broken connection comes back as errConnLost; a
 // handler's error comes back mapped to its sentinel; a caller that went
 // away gets its context's error.

@@ -48,9 +48,7 @@ func csiClaimRequest(nodeID string, alloc *structs.Allocation, req *structs.Volu
 // sent again. Client.RPC already retries these for a while; past its
 // timeout the server may still come back (a long election, a claim held
 // by another request), so the claim keeps trying while the caller waits.
-func claimRetryable(err error) bool {
-	return structs.IsRetryable(err) || errors.Is(err, errConnLost) || errors.Is(err, errCallTimedOut) || isDialError(err)
-}
+func claimRetryable(err error) bool { return retryableCall(err) }
 
 // claimRetryPolicy is claimRetryable, and also waits up to wait for a
 // controller when the servers find none reachable: that is often a

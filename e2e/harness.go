@@ -655,6 +655,10 @@ const (
 	EnvKeepLogsAlways = "ROAM_E2E_KEEP_LOGS_ALWAYS"
 )
 
+// exitMetricsFile is where an agent leaves its metrics as it stops
+// (command/agent.ExitMetricsFile, in its data dir).
+const exitMetricsFile = "metrics-at-exit.prom"
+
 // keepLogs copies each agent's log and exit metrics under EnvKeepLogs.
 func keepLogs(t testing.TB, agents []*Agent) {
 	root := os.Getenv(EnvKeepLogs)
@@ -664,7 +668,7 @@ func keepLogs(t testing.TB, agents []*Agent) {
 	name := strings.NewReplacer("/", "_", " ", "_").Replace(t.Name())
 	dir := filepath.Join(root, fmt.Sprintf("%s-%s", name, time.Now().UTC().Format("20060102T150405")))
 	for _, a := range agents {
-		for _, src := range []string{a.LogPath, filepath.Join(a.DataDir, "metrics-at-exit.prom")} {
+		for _, src := range []string{a.LogPath, filepath.Join(a.DataDir, exitMetricsFile)} {
 			buf, err := os.ReadFile(src)
 			if errors.Is(err, os.ErrNotExist) {
 				continue

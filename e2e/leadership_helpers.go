@@ -66,7 +66,7 @@ func promMetrics(base string) (map[string]float64, error) {
 // exitMetrics reads the metrics an agent left in its data dir as it last
 // stopped (command/agent.ExitMetricsFile).
 func exitMetrics(a *Agent) (map[string]float64, error) {
-	b, err := os.ReadFile(filepath.Join(a.DataDir, "metrics-at-exit.prom"))
+	b, err := os.ReadFile(filepath.Join(a.DataDir, exitMetricsFile))
 	if err != nil {
 		return nil, fmt.Errorf("%s left no metrics at exit: %w", a.Name, err)
 	}

@@ -37,6 +37,13 @@ var errConnLost = errors.New("sim: connection to server lost")
 // (and the servers' calls to it), as the client agent does.
 var errCallTimedOut = errors.New("sim: call to server timed out")
 
+// retryable says whether a failed call may succeed if sent again: the
+// servers said so, or the connection broke or timed out with the outcome
+// unknown.
+func retryable(err error) bool {
+	return structs.IsRetryable(err) || errors.Is(err, errConnLost) || errors.Is(err, errCallTimedOut)
+}
+
 func dialSession(addr, source string, timeout time.Duration, srv *structs.RPCServer, logger hclog.Logger, wg *sync.WaitGroup) (*session, error) {
 	conn, err := netutil.Dialer(source, timeout).Dial("tcp", addr)
 	if err != nil {

@@ -149,7 +149,7 @@ func (n *node) rpcRetrying(ctx context.Context, method string, args, reply any, 
 		// as the client does for CSIControllerWait.
 		controllerGone := forever && errors.Is(structs.FromRPCError(err), structs.ErrCSIControllerUnavailable) &&
 			time.Since(deadline.Add(-timeout)) < controllerWait
-		if !structs.IsRetryable(err) && !errors.Is(err, errConnLost) && !errors.Is(err, errCallTimedOut) && !controllerGone && s != nil {
+		if !retryable(err) && !controllerGone && s != nil {
 			return err
 		}
 		if !forever && time.Now().After(deadline) {

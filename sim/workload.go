@@ -2,7 +2,6 @@ package sim
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -53,7 +52,7 @@ func (s *Sim) operatorRPC(ctx context.Context, method string, args, reply any) e
 		}
 		last = err
 		if ctx.Err() != nil || time.Now().After(deadline) ||
-			(!dialFailed && !structs.IsRetryable(err) && !errors.Is(err, errConnLost) && !errors.Is(err, errCallTimedOut)) {
+			(!dialFailed && !retryable(err)) {
 			return fmt.Errorf("sim: %s: %w", method, last)
 		}
 		if err := backoff(ctx, 200*time.Millisecond); err != nil {
