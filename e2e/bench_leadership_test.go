@@ -46,6 +46,9 @@ type handoffSample struct {
 	handoff map[string]time.Duration
 	// drained is how many controller calls the old leader drained.
 	drained int
+	// waited is whether the new leader's FSM still had to catch up on
+	// the previous terms' entries when it won (nomad's catchUp).
+	waited bool
 	// seen is from the signal until a surviving server answers
 	// /v1/status/leader with another running server: measured outside.
 	seen time.Duration
@@ -58,7 +61,7 @@ type handoffSample struct {
 // The steps of a takeover and a handoff as the benchmark prints them, in
 // the order they happen; the names are those of the gauges.
 var (
-	takeoverSteps = []string{"barrier", "cluster_id", "lanes", "heartbeats", "watcher", "eval_broker", "drainer",
+	takeoverSteps = []string{"caught_up", "cluster_id", "lanes", "heartbeats", "watcher", "eval_broker", "drainer",
 		"acquired_to_duties", "heartbeat_timers", "eval_restore", "workers", "duties_to_done"}
 	handoffSteps = []string{"revoke", "drain", "barrier", "transfer", "total"}
 )
@@ -111,8 +114,8 @@ func BenchmarkLeadership_LeaderlessGap(b *testing.B) {
 }
 
 func (s handoffSample) String() string {
-	out := fmt.Sprintf("server-%d -> server-%d gap=%s seen=%s takeover[%s]",
-		s.old, s.new, fmtMS(s.gap), s.seen.Round(time.Millisecond), fmtSteps(s.takeover, takeoverSteps))
+	out := fmt.Sprintf("server-%d -> server-%d gap=%s seen=%s caught_up_at_win=%t takeover[%s]",
+		s.old, s.new, fmtMS(s.gap), s.seen.Round(time.Millisecond), !s.waited, fmtSteps(s.takeover, takeoverSteps))
 	if s.handoff != nil {
 		out += fmt.Sprintf(" handoff[%s] drained=%d", fmtSteps(s.handoff, handoffSteps), s.drained)
 	}
@@ -238,6 +241,7 @@ func measureHandoff(b *testing.B, c *Cluster, kind string, sig syscall.Signal) h
 		}
 	}
 	s.takeover = gaugesMS(now, "roam_leader_takeover_", takeoverSteps)
+	s.waited = now[metricCatchUpWaited] > before[s.new][metricCatchUpWaited]
 	gap, ok := now[metricGapMS]
 	if !ok {
 		b.Fatalf("%s: new leader %s published no %s", kind, c.Servers[s.new].Name, metricGapMS)
@@ -370,6 +374,13 @@ func reportLeaderlessGap(b *testing.B, samples []handoffSample, raw []rawHandoff
 	row("raw", "transfer->first write committed", r)
 	row("raw", "last contact->first write", rgap)
 	for _, kind := range []string{"graceful", "kill9"} {
+		waited := 0
+		for _, s := range samples {
+			if s.kind == kind && s.waited {
+				waited++
+			}
+		}
+		fmt.Fprintf(&t, "%-9s new leader's FSM behind the previous terms when it won: %d of %d\n", kind, waited, len(pick(kind, gap)))
 		row(kind, "leaderless_gap", pick(kind, gap))
 		row(kind, "signal->leader seen (http)", pick(kind, seen))
 		for _, st := range handoffSteps {

@@ -37,6 +37,10 @@ const (
 	// metricTakeoverDone counts the times the server finished the work a
 	// new leader does once its duties are open.
 	metricTakeoverDone = "roam_leader_takeover_completed"
+	// metricCatchUpWaited counts the takeovers whose FSM had not yet
+	// applied the previous terms' last command when the server won, so
+	// that it waited for its first commit (or a barrier).
+	metricCatchUpWaited = "roam_leader_takeover_catch_up_waited"
 	// metricHandoffDone counts the handoffs the server completed; the
 	// roam_leader_handoff_* gauges describe the latest.
 	metricHandoffDone = "roam_leader_handoff_completed"

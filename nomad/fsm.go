@@ -1,9 +1,11 @@
 package nomad
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
@@ -22,6 +24,18 @@ type FSM struct {
 	hook  ApplyHook
 	// events, when set, gets the events of every applied entry.
 	events *eventBroker
+
+	// applied is the index of the last entry Apply returned from. Raft's
+	// own AppliedIndex moves when entries are handed to the FSM's
+	// goroutine, before they are applied; this moves after. A snapshot
+	// restore leaves it as it was: it never claims more than was applied.
+	applied atomic.Uint64
+	// waiters counts waitApplied calls, so that Apply takes appliedMu only
+	// when someone waits; appliedCh is closed (and replaced) when applied
+	// moves while someone waits.
+	waiters   atomic.Int32
+	appliedMu sync.Mutex
+	appliedCh chan struct{}
 }
 
 var _ raft.FSM = (*FSM)(nil)
@@ -32,7 +46,7 @@ func NewFSM(logger hclog.Logger) (*FSM, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &FSM{logger: logger.Named("fsm"), state: st}, nil
+	return &FSM{logger: logger.Named("fsm"), state: st, appliedCh: make(chan struct{})}, nil
 }
 
 // State returns the current store.
@@ -50,6 +64,7 @@ var errUnknownMessage = errors.New("fsm: unknown message type")
 // Apply applies one committed entry and returns nil or an error value,
 // which the writer receives from its apply future.
 func (f *FSM) Apply(l *raft.Log) any {
+	defer f.markApplied(l.Index)
 	if l.Type != raft.LogCommand || len(l.Data) == 0 {
 		return nil
 	}
@@ -67,6 +82,44 @@ func (f *FSM) Apply(l *raft.Log) any {
 		hook(t, evals)
 	}
 	return nil
+}
+
+// markApplied records that the entry at index has been applied and wakes
+// whoever waits for it.
+func (f *FSM) markApplied(index uint64) {
+	f.applied.Store(index)
+	if f.waiters.Load() == 0 {
+		return
+	}
+	f.appliedMu.Lock()
+	close(f.appliedCh)
+	f.appliedCh = make(chan struct{})
+	f.appliedMu.Unlock()
+}
+
+// Applied returns the index of the last entry applied.
+func (f *FSM) Applied() uint64 { return f.applied.Load() }
+
+// waitApplied waits until the entry at index (or a later one) has been
+// applied, or ctx ends.
+func (f *FSM) waitApplied(ctx context.Context, index uint64) error {
+	f.waiters.Add(1)
+	defer f.waiters.Add(-1)
+	for {
+		// The channel is taken before applied is read, so an Apply that
+		// this read misses closes it, unless an earlier Apply already has.
+		f.appliedMu.Lock()
+		ch := f.appliedCh
+		f.appliedMu.Unlock()
+		if f.applied.Load() >= index {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 }
 
 // ApplyHook is told, on every server, of each applied entry and the

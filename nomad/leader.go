@@ -19,7 +19,7 @@ import (
 //
 // Until the duties are open the cluster has no serving leader, so only
 // what callers need goes first, and nothing on that path reads all of the
-// state: one barrier, then the lanes (claims and controller calls), the
+// state: the catch-up (at most one barrier), then the lanes (claims and controller calls), the
 // heartbeat loop, the watcher, the broker and the drainer. Arming a timer
 // for every known node and queueing the pending evaluations again follow
 // in finishTakeover, once callers are served. Each step is a gauge (see
@@ -45,12 +45,12 @@ func (s *Server) establishTerm(t *leaderTerm, prev <-chan struct{}) {
 			return
 		}
 	}
-	if err := s.leaderBarrier(t.ctx); err != nil {
-		ev.err = fmt.Errorf("barrier after election: %w", err)
+	if err := s.catchUp(t.ctx); err != nil {
+		ev.err = fmt.Errorf("catching up after election: %w", err)
 		s.sendLeaderEvent(ev)
 		return
 	}
-	t.clock.step(stepBarrier)
+	t.clock.step(stepCaughtUp)
 	// Before any duty starts. Once a leader serves, its cluster has an ID:
 	// a read, except on a new cluster, where it is a Raft apply; should
 	// that write fail, a duty retries it. Recording a known ID in the data
@@ -196,6 +196,92 @@ func (s *Server) reportLeaderlessGap(lastContact, opened time.Time) {
 	metrics.AddSample([]string{"leader", "leaderless_gap"}, float32(gap.Seconds()*1000))
 	setMillis(takeoverGauge(stepGap), gap)
 	s.logger.Info("leader duties started", "leaderless_gap", gap)
+}
+
+// catchUpWalk bounds how many entries catchUp reads back from the end of
+// the log looking for the last command of an earlier term. Between two
+// commands there are only a few entries that are not (a new leader's
+// no-op, a handoff's barrier, a configuration change), so the bound is
+// reached only after a long run of leader changes with no write between
+// them, and then the barrier decides.
+const catchUpWalk = 1024
+
+// catchUp waits until the FSM has applied every entry of an earlier term
+// that this leader's log holds: everything any earlier leader committed
+// (Raft elects only a server whose log holds every committed entry), and
+// what this leader will commit on their behalf. The duties read that
+// state; they need nothing of this term. The entries that matter are
+// commands, the only ones the FSM applies, so it waits for the last
+// command of an earlier term in the log, and the FSM says when it has
+// applied it. A handoff ends with a barrier, so a follower has normally
+// applied the old leader's last command before it wins, and the wait ends
+// at once; otherwise it ends when this leader's first entry commits.
+//
+// A Raft barrier proves the same one replication round later. It runs
+// alongside when the FSM has not caught up yet and decides when the log
+// cannot (the walk reached its bound, or a snapshot installed on this
+// server covered the command, which the FSM's count does not see).
+func (s *Server) catchUp(ctx context.Context) error {
+	target, known := lastEarlierCommand(s.raftLogs, s.raft.CurrentTerm(), s.raft.LastIndex(), s.fsm.Applied())
+	if known && target == 0 {
+		return nil
+	}
+	metrics.IncrCounter(metricCatchUpWaited, 1)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type result struct {
+		barrier bool
+		err     error
+	}
+	results := make(chan result, 2)
+	waiting := 1
+	go func() { results <- result{barrier: true, err: s.leaderBarrier(ctx)} }()
+	if known {
+		waiting++
+		go func() { results <- result{err: s.fsm.waitApplied(ctx, target)} }()
+	}
+	var err error
+	for first := true; waiting > 0; waiting-- {
+		r := <-results
+		if first {
+			// The first answer decides: the FSM's wait fails only when ctx
+			// ends, and a barrier that fails means this server cannot
+			// commit, so the FSM would not catch up either.
+			err, first = r.err, false
+			cancel()
+		}
+	}
+	return err
+}
+
+// lastEarlierCommand returns the index of the last command of a term
+// before term among logs' entries after applied and up to last (0 if
+// there is none: the FSM has applied every one), and whether the log
+// could tell.
+func lastEarlierCommand(logs raft.LogStore, term, last, applied uint64) (uint64, bool) {
+	if logs == nil {
+		return 0, false
+	}
+	first, err := logs.FirstIndex()
+	if err != nil {
+		return 0, false
+	}
+	for i, n := last, 0; i > applied && i >= first; i, n = i-1, n+1 {
+		if n == catchUpWalk {
+			return 0, false
+		}
+		var l raft.Log
+		if err := logs.GetLog(i, &l); err != nil {
+			// Compacted since FirstIndex was read: into a snapshot taken
+			// of (or restored into) the FSM, so already applied.
+			return 0, errors.Is(err, raft.ErrLogNotFound)
+		}
+		if l.Term < term && l.Type == raft.LogCommand {
+			return l.Index, true
+		}
+	}
+	// Below first: compacted into a snapshot the FSM has.
+	return 0, true
 }
 
 // leaderBarrier waits until the FSM has applied every committed entry, or

@@ -22,13 +22,17 @@ var (
 	metricTakeoverDone = []string{"leader", "takeover", "completed"}
 	// metricHandoffDone counts the handoffs this server completed.
 	metricHandoffDone = []string{"leader", "handoff", "completed"}
+	// metricCatchUpWaited counts the takeovers whose FSM had not applied
+	// the previous terms' last command when this server won, so that a
+	// barrier ran alongside the wait (see catchUp).
+	metricCatchUpWaited = []string{"leader", "takeover", "catch_up_waited"}
 )
 
 // Steps of a new leader's takeover, in order. Those before stepDutiesOpen
 // are on the critical path: the cluster has no serving leader until they
 // are done. The rest run after the duties are open.
 const (
-	stepBarrier    = "barrier"     // Raft barrier: the FSM has every committed entry
+	stepCaughtUp   = "caught_up"   // the FSM has every entry of earlier terms (see catchUp)
 	stepClusterID  = "cluster_id"  // cluster ID read (or written once, on a new cluster)
 	stepLanes      = "lanes"       // controller lanes open: claims and controller calls accepted
 	stepHeartbeats = "heartbeats"  // heartbeat loop running; client heartbeats accepted
@@ -47,6 +51,7 @@ const (
 // Steps of an old leader's handoff.
 const (
 	stepRevoke   = "revoke"   // duties stopped, lanes closed to new callers
+	stepBarrier  = "barrier"  // Raft barrier: followers hold and know committed every write
 	stepDrain    = "drain"    // in-flight controller calls and claim transitions finished
 	stepTransfer = "transfer" // Raft transfer until another leader is known
 	stepTotal    = "total"
@@ -56,7 +61,7 @@ const (
 // leader sets, for a metrics sink to declare up front.
 func TakeoverGauges() [][]string {
 	var out [][]string
-	for _, s := range []string{stepBarrier, stepClusterID, stepLanes, stepHeartbeats, stepWatcher, stepBroker,
+	for _, s := range []string{stepCaughtUp, stepClusterID, stepLanes, stepHeartbeats, stepWatcher, stepBroker,
 		stepDrainer, stepDutiesOpen, stepGap, stepTimers, stepEvals, stepWorkers, stepFinished} {
 		out = append(out, takeoverGauge(s))
 	}
@@ -68,7 +73,7 @@ func TakeoverGauges() [][]string {
 
 // TakeoverCounters lists the counters a change of leader bumps.
 func TakeoverCounters() [][]string {
-	return [][]string{metricDutiesStarted, metricTakeoverDone, metricHandoffDone}
+	return [][]string{metricDutiesStarted, metricTakeoverDone, metricHandoffDone, metricCatchUpWaited}
 }
 
 func takeoverGauge(step string) []string { return []string{"leader", "takeover", step + "_ms"} }

@@ -56,6 +56,7 @@ type Server struct {
 	queryCancels *queryCancels
 
 	fsm           *FSM
+	raftLogs      raft.LogStore // Raft's log, read by catchUp
 	raft          *raft.Raft
 	raftLayer     *raftLayer
 	raftTransport *raftTransport
@@ -319,6 +320,7 @@ func (s *Server) setupRaft() error {
 		}
 	}
 
+	s.raftLogs = logs
 	has, err := raft.HasExistingState(logs, stable, snaps)
 	if err != nil {
 		return fmt.Errorf("server: inspect raft state: %w", err)
