@@ -17,11 +17,11 @@ import (
 	metrics "github.com/hashicorp/go-metrics"
 	"github.com/hashicorp/raft"
 	raftwal "github.com/hashicorp/raft-wal"
-	"github.com/hashicorp/raft-wal/metadb"
 	"github.com/hashicorp/yamux"
 	"github.com/roamhq/roam/internal/connlimit"
 	"github.com/roamhq/roam/internal/fsutil"
 	"github.com/roamhq/roam/internal/ratelog"
+	"github.com/roamhq/roam/nomad/raftmeta"
 	"github.com/roamhq/roam/state"
 	"github.com/roamhq/roam/structs"
 )
@@ -61,7 +61,7 @@ type Server struct {
 	raftLayer     *raftLayer
 	raftTransport *raftTransport
 	wal           *raftwal.WAL // nil in dev mode
-	walMeta       *metadb.BoltMetaDB
+	walMeta       *raftmeta.Store
 	raftNotifyCh  chan bool
 	// hasRaftState is true once this server belongs to a Raft
 	// configuration, from a previous run or a bootstrap.
@@ -300,9 +300,11 @@ func (s *Server) setupRaft() error {
 		if err := os.MkdirAll(filepath.Join(dir, "wal"), 0o700); err != nil {
 			return fmt.Errorf("server: create raft dir: %w", err)
 		}
-		// The WAL does not close a meta store it opened itself, so own it:
-		// a restart in the same process must be able to lock it again.
-		s.walMeta = &metadb.BoltMetaDB{}
+		// The log's metadata holds Raft's term and vote, written on every
+		// election with a sync each: raftmeta syncs once per write where
+		// raft-wal's default store syncs twice. Owned here, so that a
+		// restart in the same process can lock it again.
+		s.walMeta = &raftmeta.Store{}
 		wal, err := raftwal.Open(filepath.Join(dir, "wal"), raftwal.WithMetaStore(s.walMeta))
 		if err != nil {
 			s.walMeta.Close()

@@ -1,0 +1,379 @@
+package raftmeta
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+	raftwal "github.com/hashicorp/raft-wal"
+	"github.com/hashicorp/raft-wal/metadb"
+	"github.com/hashicorp/raft-wal/types"
+	"github.com/shoenig/test/must"
+)
+
+func open(t *testing.T, dir string) *Store {
+	t.Helper()
+	s := &Store{}
+	_, err := s.Load(dir)
+	must.NoError(t, err)
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func someState(n uint64) types.PersistentState {
+	return types.PersistentState{NextSegmentID: n, Segments: []types.SegmentInfo{{
+		ID: n - 1, BaseIndex: 1, MinIndex: 1, Codec: 1, CreateTime: time.Unix(1700000000, 0).UTC(), SizeLimit: 64 << 20,
+	}}}
+}
+
+func TestStore_NewDirIsEmpty(t *testing.T) {
+	s := &Store{}
+	st, err := s.Load(t.TempDir())
+	must.NoError(t, err)
+	defer s.Close()
+	must.Eq(t, types.PersistentState{}, st)
+	v, err := s.GetStable([]byte("CurrentTerm"))
+	must.NoError(t, err)
+	must.Nil(t, v)
+}
+
+func TestStore_WritesSurviveReopen(t *testing.T) {
+	dir := t.TempDir()
+	s := open(t, dir)
+	// More writes than files, so both files are written over.
+	for term := range uint64(5) {
+		must.NoError(t, s.SetStable([]byte("CurrentTerm"), []byte{byte(term)}))
+	}
+	must.NoError(t, s.SetStable([]byte("LastVoteCand"), []byte("server-1")))
+	must.NoError(t, s.CommitState(someState(3)))
+	must.NoError(t, s.Close())
+
+	r := &Store{}
+	st, err := r.Load(dir)
+	must.NoError(t, err)
+	defer r.Close()
+	must.Eq(t, someState(3), st)
+	v, err := r.GetStable([]byte("CurrentTerm"))
+	must.NoError(t, err)
+	must.Eq(t, []byte{4}, v)
+	v, err = r.GetStable([]byte("LastVoteCand"))
+	must.NoError(t, err)
+	must.Eq(t, []byte("server-1"), v)
+}
+
+// newestFile returns the path of the file that holds the newest record.
+func newestFile(s *Store) string { return s.files[s.newest].Name() }
+
+func TestStore_TornWriteLeavesThePreviousRecord(t *testing.T) {
+	for _, damage := range []struct {
+		name string
+		do   func(t *testing.T, path string)
+	}{
+		{"payload half written", func(t *testing.T, path string) {
+			f, err := os.OpenFile(path, os.O_RDWR, 0)
+			must.NoError(t, err)
+			defer f.Close()
+			_, err = f.WriteAt(bytes.Repeat([]byte{0xAA}, 16), headerLen+4)
+			must.NoError(t, err)
+		}},
+		{"header only", func(t *testing.T, path string) {
+			must.NoError(t, os.Truncate(path, headerLen))
+		}},
+		{"file emptied", func(t *testing.T, path string) {
+			must.NoError(t, os.Truncate(path, 0))
+		}},
+		{"length past the end", func(t *testing.T, path string) {
+			f, err := os.OpenFile(path, os.O_RDWR, 0)
+			must.NoError(t, err)
+			defer f.Close()
+			_, err = f.WriteAt([]byte{0x03, 0xff, 0xff, 0xff}, 16)
+			must.NoError(t, err)
+		}},
+	} {
+		t.Run(damage.name, func(t *testing.T) {
+			dir := t.TempDir()
+			s := open(t, dir)
+			must.NoError(t, s.SetStable([]byte("CurrentTerm"), []byte{7}))
+			must.NoError(t, s.SetStable([]byte("CurrentTerm"), []byte{8}))
+			torn := newestFile(s)
+			must.NoError(t, s.Close())
+			damage.do(t, torn)
+
+			r := open(t, dir)
+			v, err := r.GetStable([]byte("CurrentTerm"))
+			must.NoError(t, err)
+			must.Eq(t, []byte{7}, v, must.Sprint("the record before the torn one is the newest left"))
+			// And writing goes on from there, over the damaged file.
+			must.NoError(t, r.SetStable([]byte("CurrentTerm"), []byte{9}))
+			must.NoError(t, r.Close())
+			v, err = open(t, dir).GetStable([]byte("CurrentTerm"))
+			must.NoError(t, err)
+			must.Eq(t, []byte{9}, v)
+		})
+	}
+}
+
+func TestStore_NoValidRecordIsAnError(t *testing.T) {
+	dir := t.TempDir()
+	s := open(t, dir)
+	must.NoError(t, s.SetStable([]byte("CurrentTerm"), []byte{7}))
+	must.NoError(t, s.Close())
+	for _, name := range []string{fileA, fileB} {
+		must.NoError(t, os.WriteFile(filepath.Join(dir, name), bytes.Repeat([]byte{0}, 100), 0o600))
+	}
+	_, err := (&Store{}).Load(dir)
+	must.ErrorIs(t, err, ErrDamaged)
+	must.StrContains(t, err.Error(), "term and vote")
+}
+
+func TestStore_OneFileMissing(t *testing.T) {
+	dir := t.TempDir()
+	s := open(t, dir)
+	must.NoError(t, s.SetStable([]byte("CurrentTerm"), []byte{7}))
+	newest := newestFile(s)
+	must.NoError(t, s.Close())
+	// A crash between creating meta-a and meta-b leaves only the one that
+	// holds a record; here the one that does not is removed.
+	for _, name := range []string{fileA, fileB} {
+		if p := filepath.Join(dir, name); p != newest {
+			must.NoError(t, os.Remove(p))
+		}
+	}
+	r := open(t, dir)
+	v, err := r.GetStable([]byte("CurrentTerm"))
+	must.NoError(t, err)
+	must.Eq(t, []byte{7}, v)
+	must.NoError(t, r.SetStable([]byte("CurrentTerm"), []byte{8}))
+}
+
+func TestStore_OneProcessAtATime(t *testing.T) {
+	dir := t.TempDir()
+	open(t, dir)
+	_, err := (&Store{}).Load(dir)
+	must.ErrorContains(t, err, "in use by another process")
+}
+
+func TestStore_AfterCloseAndBeforeLoad(t *testing.T) {
+	s := &Store{}
+	must.Error(t, s.SetStable([]byte("k"), []byte("v")))
+	dir := t.TempDir()
+	_, err := s.Load(dir)
+	must.NoError(t, err)
+	_, err = s.Load(t.TempDir())
+	must.ErrorContains(t, err, "already open")
+	must.NoError(t, s.Close())
+	must.NoError(t, s.Close())
+	must.ErrorIs(t, s.SetStable([]byte("k"), []byte("v")), ErrClosed)
+	_, err = s.GetStable([]byte("k"))
+	must.ErrorIs(t, err, ErrClosed)
+	// The lock went with Close.
+	open(t, dir)
+}
+
+func TestStore_FailedWriteRefusesLaterOnes(t *testing.T) {
+	s := open(t, t.TempDir())
+	must.NoError(t, s.SetStable([]byte("CurrentTerm"), []byte{1}))
+	// The file the next write goes to, closed under the store: the write
+	// fails, and what is on disk is then unknown.
+	s.files[1-s.newest].Close()
+	must.Error(t, s.SetStable([]byte("CurrentTerm"), []byte{2}))
+	err := s.SetStable([]byte("CurrentTerm"), []byte{3})
+	must.ErrorContains(t, err, "an earlier write failed")
+	v, err := s.GetStable([]byte("CurrentTerm"))
+	must.NoError(t, err)
+	must.Eq(t, []byte{1}, v, must.Sprint("a failed write is not read back"))
+}
+
+func TestStore_GetReturnsACopy(t *testing.T) {
+	s := open(t, t.TempDir())
+	val := []byte("abc")
+	must.NoError(t, s.SetStable([]byte("k"), val))
+	val[0] = 'x'
+	got, err := s.GetStable([]byte("k"))
+	must.NoError(t, err)
+	must.Eq(t, []byte("abc"), got)
+	got[0] = 'y'
+	again, err := s.GetStable([]byte("k"))
+	must.NoError(t, err)
+	must.Eq(t, []byte("abc"), again)
+}
+
+func TestStore_ConcurrentReadsAndWrites(t *testing.T) {
+	s := open(t, t.TempDir())
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 20 {
+				must.NoError(t, s.SetStable([]byte(fmt.Sprintf("k%d", w)), []byte{byte(i)}))
+				if w == 0 {
+					must.NoError(t, s.CommitState(someState(uint64(i+1))))
+				}
+				_, err := s.GetStable([]byte("k0"))
+				must.NoError(t, err)
+			}
+		}()
+	}
+	wg.Wait()
+	for w := range 4 {
+		v, err := s.GetStable([]byte(fmt.Sprintf("k%d", w)))
+		must.NoError(t, err)
+		must.Eq(t, []byte{19}, v)
+	}
+}
+
+// boltDir writes raft-wal's own bolt metadata into a new directory.
+func boltDir(t *testing.T, state types.PersistentState, stable map[string][]byte) string {
+	t.Helper()
+	dir := t.TempDir()
+	db := &metadb.BoltMetaDB{}
+	_, err := db.Load(dir)
+	must.NoError(t, err)
+	must.NoError(t, db.CommitState(state))
+	for k, v := range stable {
+		must.NoError(t, db.SetStable([]byte(k), v))
+	}
+	must.NoError(t, db.Close())
+	return dir
+}
+
+func TestStore_ImportsBoltMetadata(t *testing.T) {
+	stable := map[string][]byte{"CurrentTerm": {0, 0, 0, 0, 0, 0, 0, 9}, "LastVoteCand": []byte("server-2")}
+	dir := boltDir(t, someState(4), stable)
+
+	s := &Store{}
+	st, err := s.Load(dir)
+	must.NoError(t, err)
+	must.Eq(t, someState(4), st)
+	for k, v := range stable {
+		got, err := s.GetStable([]byte(k))
+		must.NoError(t, err)
+		must.Eq(t, v, got)
+	}
+	must.NoError(t, s.Close())
+	_, err = os.Stat(filepath.Join(dir, metadb.FileName))
+	must.True(t, errors.Is(err, os.ErrNotExist), must.Sprint("the bolt file is set aside once imported"))
+	_, err = os.Stat(filepath.Join(dir, metadb.FileName+importedSuffix))
+	must.NoError(t, err)
+}
+
+func TestStore_ImportStoppedBeforeTheRename(t *testing.T) {
+	stable := map[string][]byte{"CurrentTerm": {9}}
+	dir := boltDir(t, someState(4), stable)
+	// What an import leaves when it stops after writing meta-a: the
+	// same contents in both.
+	rec, err := importBolt(filepath.Join(dir, metadb.FileName))
+	must.NoError(t, err)
+	must.NoError(t, createFile(filepath.Join(dir, fileA), encode(1, rec)))
+
+	s := open(t, dir)
+	v, err := s.GetStable([]byte("CurrentTerm"))
+	must.NoError(t, err)
+	must.Eq(t, []byte{9}, v)
+	_, err = os.Stat(filepath.Join(dir, metadb.FileName))
+	must.True(t, errors.Is(err, os.ErrNotExist))
+}
+
+func TestStore_BoltWrittenAfterTheImportIsRefused(t *testing.T) {
+	dir := boltDir(t, someState(4), map[string][]byte{"CurrentTerm": {9}})
+	s := open(t, dir)
+	must.NoError(t, s.Close())
+	// A build that keeps its metadata only in bolt runs here and votes.
+	must.NoError(t, os.Rename(filepath.Join(dir, metadb.FileName+importedSuffix), filepath.Join(dir, metadb.FileName)))
+	db := &metadb.BoltMetaDB{}
+	_, err := db.Load(dir)
+	must.NoError(t, err)
+	must.NoError(t, db.SetStable([]byte("CurrentTerm"), []byte{10}))
+	must.NoError(t, db.Close())
+
+	_, err = (&Store{}).Load(dir)
+	must.ErrorIs(t, err, ErrDamaged)
+	must.StrContains(t, err.Error(), "disagree")
+}
+
+func TestStore_RecordLayout(t *testing.T) {
+	rec := record{State: someState(2), Stable: map[string][]byte{"k": []byte("v")}}
+	buf := encode(42, rec)
+	must.Eq(t, magic[:], buf[:8])
+	payload, err := json.Marshal(rec)
+	must.NoError(t, err)
+	must.Eq(t, payload, buf[headerLen:])
+	// Every single flipped bit is caught.
+	path := filepath.Join(t.TempDir(), "f")
+	for i := range len(buf) * 8 {
+		b := bytes.Clone(buf)
+		b[i/8] ^= 1 << (i % 8)
+		must.NoError(t, os.WriteFile(path, b, 0o600))
+		f, err := os.Open(path)
+		must.NoError(t, err)
+		d, ok := readRecord(f)
+		f.Close()
+		if ok {
+			t.Fatalf("bit %d flipped: read back seq %d", i, d.seq)
+		}
+	}
+}
+
+// The store under raft-wal, under Raft: a log and a term survive a restart.
+func TestStore_UnderTheWAL(t *testing.T) {
+	dir := t.TempDir()
+	openWAL := func() (*raftwal.WAL, *Store) {
+		meta := &Store{}
+		w, err := raftwal.Open(dir, raftwal.WithMetaStore(meta))
+		must.NoError(t, err)
+		return w, meta
+	}
+	w, meta := openWAL()
+	must.NoError(t, w.StoreLogs([]*raft.Log{{Index: 1, Term: 1, Data: []byte("a")}, {Index: 2, Term: 1, Data: []byte("b")}}))
+	must.NoError(t, w.SetUint64([]byte("CurrentTerm"), 3))
+	must.NoError(t, w.Close())
+	must.NoError(t, meta.Close())
+
+	w, meta = openWAL()
+	defer meta.Close()
+	defer w.Close()
+	term, err := w.GetUint64([]byte("CurrentTerm"))
+	must.NoError(t, err)
+	must.Eq(t, 3, term)
+	last, err := w.LastIndex()
+	must.NoError(t, err)
+	must.Eq(t, 2, last)
+	var l raft.Log
+	must.NoError(t, w.GetLog(2, &l))
+	must.Eq(t, []byte("b"), l.Data)
+}
+
+// The write Raft waits for at every election, here and in raft-wal's own
+// bolt store, on the same disk: run with -bench SetStable -benchtime 2s.
+func BenchmarkSetStable(b *testing.B) {
+	for _, impl := range []struct {
+		name string
+		new  func() types.MetaStore
+	}{
+		{"raftmeta", func() types.MetaStore { return &Store{} }},
+		{"bolt", func() types.MetaStore { return &metadb.BoltMetaDB{} }},
+	} {
+		b.Run(impl.name, func(b *testing.B) {
+			m := impl.new()
+			if _, err := m.Load(b.TempDir()); err != nil {
+				b.Fatal(err)
+			}
+			defer m.Close()
+			v := make([]byte, 8)
+			for i := 0; b.Loop(); i++ {
+				v[7] = byte(i)
+				if err := m.SetStable([]byte("CurrentTerm"), v); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
