@@ -3,6 +3,7 @@ package nomad
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -28,66 +29,134 @@ func storeLogs(t *testing.T, entries ...raft.Log) *raft.InmemStore {
 	return s
 }
 
-func TestLastEarlierCommand(t *testing.T) {
-	cmd := func(term uint64) raft.Log { return raft.Log{Type: raft.LogCommand, Term: term} }
-	noop := func(term uint64) raft.Log { return raft.Log{Type: raft.LogNoop, Term: term} }
-	barrier := func(term uint64) raft.Log { return raft.Log{Type: raft.LogBarrier, Term: term} }
-	config := func(term uint64) raft.Log { return raft.Log{Type: raft.LogConfiguration, Term: term} }
+var (
+	cmdAt     = func(term uint64) raft.Log { return raft.Log{Type: raft.LogCommand, Term: term} }
+	noopAt    = func(term uint64) raft.Log { return raft.Log{Type: raft.LogNoop, Term: term} }
+	barrierAt = func(term uint64) raft.Log { return raft.Log{Type: raft.LogBarrier, Term: term} }
+	configAt  = func(term uint64) raft.Log { return raft.Log{Type: raft.LogConfiguration, Term: term} }
+)
 
-	// 1 cmd(1), 2 noop(2), 3 cmd(2), 4 barrier(2), 5 config(2), 6 noop(3), 7 cmd(3)
-	logs := storeLogs(t, cmd(1), noop(2), cmd(2), barrier(2), config(2), noop(3), cmd(3))
+// sampleLog is 1 cmd(1), 2 noop(2), 3 cmd(2), 4 barrier(2), 5 config(2),
+// 6 noop(3), 7 cmd(3).
+func sampleLog() []raft.Log {
+	return []raft.Log{cmdAt(1), noopAt(2), cmdAt(2), barrierAt(2), configAt(2), noopAt(3), cmdAt(3)}
+}
+
+// indexOf returns a commandIndex over entries, either written through it
+// or found in the log when it starts.
+func indexOf(t *testing.T, seeded bool, entries ...raft.Log) *commandIndex {
+	t.Helper()
+	if seeded {
+		c, err := newCommandIndex(storeLogs(t, entries...))
+		must.NoError(t, err)
+		return c
+	}
+	c, err := newCommandIndex(raft.NewInmemStore())
+	must.NoError(t, err)
+	for i := range entries {
+		entries[i].Index = uint64(i + 1)
+		must.NoError(t, c.StoreLog(&entries[i]))
+	}
+	return c
+}
+
+func TestCommandIndex_LastEarlierCommand(t *testing.T) {
 	cases := []struct {
-		name                string
-		term, last, applied uint64
-		want                uint64
+		name          string
+		term, applied uint64
+		want          uint64
 	}{
-		{"the new term's own entries do not count", 3, 7, 0, 3},
-		{"applied up to the last earlier command", 3, 7, 3, 0},
-		{"applied past it", 3, 7, 5, 0},
-		{"an earlier command not yet applied", 3, 7, 2, 3},
-		{"only terms before the leader's", 2, 7, 0, 1},
-		{"last bounds the walk", 3, 2, 0, 1},
-		{"an empty range", 3, 0, 0, 0},
+		{"the new term's own command does not count", 3, 0, 3},
+		{"applied up to the last earlier command", 3, 3, 0},
+		{"applied past it", 3, 5, 0},
+		{"an earlier command not yet applied", 3, 2, 3},
+		{"only terms before the leader's", 2, 0, 1},
+		{"every command earlier", 4, 0, 7},
+		{"every command earlier and applied", 4, 7, 0},
 	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			got, known := lastEarlierCommand(logs, tc.term, tc.last, tc.applied)
-			must.True(t, known)
-			must.Eq(t, tc.want, got)
-		})
+	for _, seeded := range []bool{false, true} {
+		for _, tc := range cases {
+			t.Run(fmt.Sprintf("%s seeded=%t", tc.name, seeded), func(t *testing.T) {
+				got, known := indexOf(t, seeded, sampleLog()...).lastEarlierCommand(tc.term, tc.applied)
+				must.True(t, known)
+				must.Eq(t, tc.want, got)
+			})
+		}
 	}
 
-	t.Run("no log store", func(t *testing.T) {
-		_, known := lastEarlierCommand(nil, 3, 7, 0)
-		must.False(t, known)
+	t.Run("a deleted suffix is forgotten", func(t *testing.T) {
+		c := indexOf(t, false, sampleLog()...)
+		must.NoError(t, c.DeleteRange(7, 7))
+		got, _ := c.lastEarlierCommand(4, 0)
+		must.Eq(t, 3, got)
+		// Raft writes the suffix again, in a later term.
+		must.NoError(t, c.StoreLog(&raft.Log{Index: 7, Term: 4, Type: raft.LogNoop}))
+		got, _ = c.lastEarlierCommand(5, 0)
+		must.Eq(t, 3, got)
 	})
 
-	t.Run("entries below the first are in a snapshot the FSM has", func(t *testing.T) {
-		compacted := storeLogs(t, cmd(1), noop(2), cmd(2), barrier(2), config(2), noop(3), cmd(3))
-		must.NoError(t, compacted.DeleteRange(1, 3))
-		got, known := lastEarlierCommand(compacted, 3, 7, 0)
+	t.Run("an index written again replaces the old record", func(t *testing.T) {
+		c := indexOf(t, false, sampleLog()...)
+		must.NoError(t, c.StoreLog(&raft.Log{Index: 7, Term: 4, Type: raft.LogCommand}))
+		got, _ := c.lastEarlierCommand(4, 0)
+		must.Eq(t, 3, got, must.Sprint("index 7 is now of term 4"))
+	})
+
+	t.Run("commands compacted into a snapshot are applied", func(t *testing.T) {
+		c := indexOf(t, false, sampleLog()...)
+		must.NoError(t, c.DeleteRange(1, 3))
+		got, known := c.lastEarlierCommand(3, 0)
 		must.True(t, known)
 		must.Eq(t, 0, got)
 	})
 
-	t.Run("a log that cannot be read cannot tell", func(t *testing.T) {
-		_, known := lastEarlierCommand(failingLogs{logs}, 3, 7, 0)
+	t.Run("past the commands it lists it cannot tell", func(t *testing.T) {
+		var entries []raft.Log
+		for range maxCommandRefs {
+			entries = append(entries, cmdAt(1))
+		}
+		c := indexOf(t, false, entries...)
+		got, known := c.lastEarlierCommand(2, 0)
+		must.True(t, known)
+		must.Eq(t, maxCommandRefs, got)
+		// As many commands of term 2: those of term 1 drop out.
+		for i := range maxCommandRefs {
+			must.NoError(t, c.StoreLog(&raft.Log{Index: uint64(maxCommandRefs + i + 1), Term: 2, Type: raft.LogCommand}))
+		}
+		_, known = c.lastEarlierCommand(2, 0)
 		must.False(t, known)
+		// Unless the FSM has applied past every command it no longer lists.
+		got, known = c.lastEarlierCommand(2, maxCommandRefs)
+		must.True(t, known)
+		must.Eq(t, 0, got)
 	})
 
-	t.Run("past the walk's bound the log cannot tell", func(t *testing.T) {
-		entries := []raft.Log{cmd(1)}
-		for range catchUpWalk {
-			entries = append(entries, noop(2))
+	t.Run("past its first scan it cannot tell", func(t *testing.T) {
+		entries := []raft.Log{cmdAt(1)}
+		for range seedScan {
+			entries = append(entries, noopAt(2))
 		}
-		long := storeLogs(t, entries...)
-		last := uint64(len(entries))
-		_, known := lastEarlierCommand(long, 3, last, 0)
+		_, known := indexOf(t, true, entries...).lastEarlierCommand(3, 0)
 		must.False(t, known)
-		// One entry fewer to read and the command is found.
-		got, known := lastEarlierCommand(long, 3, last-1, 0)
+		// One entry fewer and the command is within the scan.
+		got, known := indexOf(t, true, entries[:seedScan]...).lastEarlierCommand(3, 0)
 		must.True(t, known)
 		must.Eq(t, 1, got)
+	})
+
+	t.Run("a scan that reaches the log's start sees everything", func(t *testing.T) {
+		compacted := storeLogs(t, sampleLog()...)
+		must.NoError(t, compacted.DeleteRange(1, 3))
+		c, err := newCommandIndex(compacted)
+		must.NoError(t, err)
+		got, known := c.lastEarlierCommand(3, 0)
+		must.True(t, known)
+		must.Eq(t, 0, got)
+	})
+
+	t.Run("a log that cannot be read fails the start", func(t *testing.T) {
+		_, err := newCommandIndex(failingLogs{storeLogs(t, sampleLog()...)})
+		must.ErrorContains(t, err, "disk on fire")
 	})
 }
 
@@ -129,6 +198,22 @@ func TestFSM_WaitApplied(t *testing.T) {
 		res := f.Apply(&raft.Log{Index: 6, Type: raft.LogCommand, Data: []byte{0xff}})
 		must.ErrorIs(t, res.(error), errUnknownMessage)
 		must.Eq(t, 6, f.Applied())
+	})
+
+	t.Run("a restored snapshot raises the count, never lowers it", func(t *testing.T) {
+		g, err := NewFSM(hclog.NewNullLogger())
+		must.NoError(t, err)
+		done := make(chan error, 1)
+		go func() { done <- g.waitApplied(context.Background(), 40) }()
+		g.raiseApplied(50)
+		select {
+		case err := <-done:
+			must.NoError(t, err)
+		case <-time.After(10 * time.Second):
+			t.Fatal("still waiting with 50 restored")
+		}
+		g.raiseApplied(20)
+		must.Eq(t, 50, g.Applied())
 	})
 
 	t.Run("ends with its context", func(t *testing.T) {

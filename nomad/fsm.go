@@ -88,6 +88,11 @@ func (f *FSM) Apply(l *raft.Log) any {
 // whoever waits for it.
 func (f *FSM) markApplied(index uint64) {
 	f.applied.Store(index)
+	f.wakeWaiters()
+}
+
+// wakeWaiters wakes every waitApplied call, if any, to read applied again.
+func (f *FSM) wakeWaiters() {
 	if f.waiters.Load() == 0 {
 		return
 	}
@@ -95,6 +100,21 @@ func (f *FSM) markApplied(index uint64) {
 	close(f.appliedCh)
 	f.appliedCh = make(chan struct{})
 	f.appliedMu.Unlock()
+}
+
+// raiseApplied records that every entry up to index is in the state, as
+// after Raft restored a snapshot at index. It never lowers the count.
+func (f *FSM) raiseApplied(index uint64) {
+	for {
+		cur := f.applied.Load()
+		if cur >= index {
+			return
+		}
+		if f.applied.CompareAndSwap(cur, index) {
+			f.wakeWaiters()
+			return
+		}
+	}
 }
 
 // Applied returns the index of the last entry applied.

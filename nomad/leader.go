@@ -198,31 +198,25 @@ func (s *Server) reportLeaderlessGap(lastContact, opened time.Time) {
 	s.logger.Info("leader duties started", "leaderless_gap", gap)
 }
 
-// catchUpWalk bounds how many entries catchUp reads back from the end of
-// the log looking for the last command of an earlier term. Between two
-// commands there are only a few entries that are not (a new leader's
-// no-op, a handoff's barrier, a configuration change), so the bound is
-// reached only after a long run of leader changes with no write between
-// them, and then the barrier decides.
-const catchUpWalk = 1024
-
 // catchUp waits until the FSM has applied every entry of an earlier term
 // that this leader's log holds: everything any earlier leader committed
 // (Raft elects only a server whose log holds every committed entry), and
 // what this leader will commit on their behalf. The duties read that
 // state; they need nothing of this term. The entries that matter are
 // commands, the only ones the FSM applies, so it waits for the last
-// command of an earlier term in the log, and the FSM says when it has
-// applied it. A handoff ends with a barrier, so a follower has normally
-// applied the old leader's last command before it wins, and the wait ends
-// at once; otherwise it ends when this leader's first entry commits.
+// command of an earlier term in the log (the log store keeps where the
+// newest are: commandIndex), and the FSM says when it has applied it. A
+// handoff ends with a barrier, so a follower has normally applied the old
+// leader's last command before it wins, and the wait ends at once;
+// otherwise it ends when this leader's first entry commits.
 //
 // A Raft barrier proves the same one replication round later. It runs
-// alongside when the FSM has not caught up yet and decides when the log
-// cannot (the walk reached its bound, or a snapshot installed on this
-// server covered the command, which the FSM's count does not see).
+// alongside when the FSM has not caught up yet, and decides when the index
+// cannot tell (the command is older than those it lists) or the FSM's count
+// is behind its state (a snapshot installed on this server while it
+// followed, which Raft does not number to the FSM).
 func (s *Server) catchUp(ctx context.Context) error {
-	target, known := lastEarlierCommand(s.raftLogs, s.raft.CurrentTerm(), s.raft.LastIndex(), s.fsm.Applied())
+	target, known := s.commands.lastEarlierCommand(s.raft.CurrentTerm(), s.fsm.Applied())
 	if known && target == 0 {
 		return nil
 	}
@@ -252,36 +246,6 @@ func (s *Server) catchUp(ctx context.Context) error {
 		}
 	}
 	return err
-}
-
-// lastEarlierCommand returns the index of the last command of a term
-// before term among logs' entries after applied and up to last (0 if
-// there is none: the FSM has applied every one), and whether the log
-// could tell.
-func lastEarlierCommand(logs raft.LogStore, term, last, applied uint64) (uint64, bool) {
-	if logs == nil {
-		return 0, false
-	}
-	first, err := logs.FirstIndex()
-	if err != nil {
-		return 0, false
-	}
-	for i, n := last, 0; i > applied && i >= first; i, n = i-1, n+1 {
-		if n == catchUpWalk {
-			return 0, false
-		}
-		var l raft.Log
-		if err := logs.GetLog(i, &l); err != nil {
-			// Compacted since FirstIndex was read: into a snapshot taken
-			// of (or restored into) the FSM, so already applied.
-			return 0, errors.Is(err, raft.ErrLogNotFound)
-		}
-		if l.Term < term && l.Type == raft.LogCommand {
-			return l.Index, true
-		}
-	}
-	// Below first: compacted into a snapshot the FSM has.
-	return 0, true
 }
 
 // leaderBarrier waits until the FSM has applied every committed entry, or

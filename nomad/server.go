@@ -26,6 +26,11 @@ import (
 	"github.com/roamhq/roam/structs"
 )
 
+// moveDataDirAside is what to do about a data dir whose Raft state cannot
+// be read.
+const moveDataDirAside = "if its snapshots or log are damaged, move the data dir aside " +
+	"and start this server empty so it rejoins the cluster"
+
 // ErrServerClosed is returned by calls made after Shutdown.
 var ErrServerClosed = errors.New("server closed")
 
@@ -56,7 +61,7 @@ type Server struct {
 	queryCancels *queryCancels
 
 	fsm           *FSM
-	raftLogs      raft.LogStore // Raft's log, read by catchUp
+	commands      *commandIndex // Raft's log store, with where its newest commands are (catchUp)
 	raft          *raft.Raft
 	raftLayer     *raftLayer
 	raftTransport *raftTransport
@@ -322,22 +327,31 @@ func (s *Server) setupRaft() error {
 		}
 	}
 
-	s.raftLogs = logs
+	commands, err := newCommandIndex(logs)
+	if err != nil {
+		if s.dataDir != nil {
+			return fmt.Errorf("%w: read the raft log on %s: %w; %s", ErrDataDirDamaged, s.config.DataDir, err, moveDataDirAside)
+		}
+		return fmt.Errorf("server: read raft log: %w", err)
+	}
+	s.commands = commands
 	has, err := raft.HasExistingState(logs, stable, snaps)
 	if err != nil {
 		return fmt.Errorf("server: inspect raft state: %w", err)
 	}
 	s.hasRaftState.Store(has)
 
-	r, err := raft.NewRaft(rc, s.fsm, logs, stable, snaps, s.raftTransport)
+	r, err := raft.NewRaft(rc, s.fsm, commands, stable, snaps, s.raftTransport)
 	if err != nil {
 		if s.dataDir != nil {
-			return fmt.Errorf("%w: start raft on %s: %w; if its snapshots or log are damaged, move the data dir aside "+
-				"and start this server empty so it rejoins the cluster", ErrDataDirDamaged, s.config.DataDir, err)
+			return fmt.Errorf("%w: start raft on %s: %w; %s", ErrDataDirDamaged, s.config.DataDir, err, moveDataDirAside)
 		}
 		return fmt.Errorf("server: start raft: %w", err)
 	}
 	s.raft = r
+	// Raft restored its latest snapshot into the FSM: every command up to
+	// its index is applied.
+	s.fsm.raiseApplied(r.AppliedIndex())
 	if s.dataDir != nil {
 		if err := s.dataDir.record(r.AppliedIndex()); err != nil {
 			s.logger.Warn("could not write the data dir marker", "error", err)
