@@ -10,6 +10,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
+	raftwal "github.com/hashicorp/raft-wal"
 	"github.com/shoenig/test/must"
 )
 
@@ -152,6 +153,20 @@ func TestCommandIndex_LastEarlierCommand(t *testing.T) {
 		got, known := c.lastEarlierCommand(3, 0)
 		must.True(t, known)
 		must.Eq(t, 0, got)
+	})
+
+	t.Run("it passes on whether the store is monotonic", func(t *testing.T) {
+		// raft-wal refuses a gap in its indexes; Raft clears such a store
+		// after a user snapshot restore only if it says so.
+		wal, err := raftwal.Open(t.TempDir())
+		must.NoError(t, err)
+		defer wal.Close()
+		c, err := newCommandIndex(wal)
+		must.NoError(t, err)
+		must.True(t, c.IsMonotonic())
+		c, err = newCommandIndex(raft.NewInmemStore())
+		must.NoError(t, err)
+		must.False(t, c.IsMonotonic())
 	})
 
 	t.Run("a log that cannot be read fails the start", func(t *testing.T) {

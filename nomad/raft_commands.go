@@ -75,6 +75,16 @@ func newCommandIndex(logs raft.LogStore) (*commandIndex, error) {
 	return c, nil
 }
 
+var _ raft.MonotonicLogStore = (*commandIndex)(nil)
+
+// IsMonotonic passes on whether the wrapped store takes only consecutive
+// indexes (raft-wal does), so that Raft clears it after restoring a user
+// snapshot instead of leaving a gap it would refuse.
+func (c *commandIndex) IsMonotonic() bool {
+	m, ok := c.LogStore.(raft.MonotonicLogStore)
+	return ok && m.IsMonotonic()
+}
+
 func (c *commandIndex) StoreLog(l *raft.Log) error {
 	return c.StoreLogs([]*raft.Log{l})
 }
