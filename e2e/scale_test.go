@@ -307,11 +307,48 @@ func runScale(t *testing.T, tbl *scaleTable, n int) {
 	takeover := func(sig syscall.Signal, label string, k int) {
 		li := c.Leader()
 		a := c.Servers[li]
+		before := make(map[int]map[string]float64)
+		for i, o := range c.Servers {
+			if i != li {
+				m, err := promMetrics(o.HTTPAddr())
+				must.NoError(t, err)
+				before[i] = m
+			}
+		}
 		start := time.Now()
 		must.NoError(t, a.Signal(sig))
 		must.NoError(t, s.RegisterVolumes(ctx, []string{fmt.Sprintf("takeover-%d", k)}, 1))
 		tbl.set(n, label, "%.2f s", time.Since(start).Seconds())
 		t.Logf("%s: %s", label, tbl.get(n, label))
+		// The new leader's own account of its takeover (nomad/leader_metrics.go):
+		// what lies on the critical path, and the work that scans all of
+		// the state, which runs once the duties are open.
+		var now map[string]float64
+		WaitFor(t, 2*time.Minute, func() error {
+			idx, err := c.LeaderNow()
+			if err != nil {
+				return err
+			}
+			if idx == li {
+				return fmt.Errorf("%s still named leader", a.Name)
+			}
+			m, err := promMetrics(c.Servers[idx].HTTPAddr())
+			if err != nil {
+				return err
+			}
+			if m[metricTakeoverDone] <= before[idx][metricTakeoverDone] {
+				return fmt.Errorf("new leader %s has not finished its takeover", c.Servers[idx].Name)
+			}
+			now = m
+			return nil
+		})
+		g := func(step string) float64 { return now["roam_leader_takeover_"+step+"_ms"] }
+		tbl.set(n, label+": leaderless gap", "%.1f ms", g("leaderless_gap"))
+		tbl.set(n, label+": caught up / duties open", "%.1f / %.1f ms", g("caught_up"), g("acquired_to_duties"))
+		tbl.set(n, label+": then timers / evals", "%.1f / %.1f ms", g("heartbeat_timers"), g("eval_restore"))
+		for _, row := range []string{": leaderless gap", ": caught up / duties open", ": then timers / evals"} {
+			t.Logf("%s%s: %s", label, row, tbl.get(n, label+row))
+		}
 		// A handoff may take its drain timeout; a leader still running
 		// after two minutes is recorded and stopped.
 		if _, err := a.Wait(2 * time.Minute); err != nil {
