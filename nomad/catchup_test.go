@@ -3,7 +3,6 @@ package nomad
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -75,14 +74,22 @@ func TestCommandIndex_LastEarlierCommand(t *testing.T) {
 		{"every command earlier", 4, 0, 7},
 		{"every command earlier and applied", 4, 7, 0},
 	}
-	for _, seeded := range []bool{false, true} {
-		for _, tc := range cases {
-			t.Run(fmt.Sprintf("%s seeded=%t", tc.name, seeded), func(t *testing.T) {
-				got, known := indexOf(t, seeded, sampleLog()...).lastEarlierCommand(tc.term, tc.applied)
-				must.True(t, known)
-				must.Eq(t, tc.want, got)
-			})
-		}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got, known := indexOf(t, false, sampleLog()...).lastEarlierCommand(tc.term, tc.applied)
+			must.True(t, known)
+			must.Eq(t, tc.want, got)
+		})
+	}
+
+	// After a restart the index knows the newest command in the log, the
+	// one a lookup for any later term needs.
+	for _, tc := range cases[len(cases)-2:] {
+		t.Run(tc.name+" after a restart", func(t *testing.T) {
+			got, known := indexOf(t, true, sampleLog()...).lastEarlierCommand(tc.term, tc.applied)
+			must.True(t, known)
+			must.Eq(t, tc.want, got)
+		})
 	}
 
 	t.Run("a deleted suffix is forgotten", func(t *testing.T) {
@@ -146,13 +153,26 @@ func TestCommandIndex_LastEarlierCommand(t *testing.T) {
 	})
 
 	t.Run("a scan that reaches the log's start sees everything", func(t *testing.T) {
+		// Commands 1 and 3 compacted into a snapshot, 7 cut off.
 		compacted := storeLogs(t, sampleLog()...)
 		must.NoError(t, compacted.DeleteRange(1, 3))
+		must.NoError(t, compacted.DeleteRange(7, 7))
 		c, err := newCommandIndex(compacted)
 		must.NoError(t, err)
-		got, known := c.lastEarlierCommand(3, 0)
+		got, known := c.lastEarlierCommand(4, 0)
 		must.True(t, known)
 		must.Eq(t, 0, got)
+	})
+
+	t.Run("commands written after a restart are added to the one found", func(t *testing.T) {
+		c := indexOf(t, true, sampleLog()...)
+		must.NoError(t, c.StoreLogs([]*raft.Log{
+			{Index: 8, Term: 4, Type: raft.LogNoop}, {Index: 9, Term: 4, Type: raft.LogCommand},
+		}))
+		got, _ := c.lastEarlierCommand(5, 0)
+		must.Eq(t, 9, got)
+		got, _ = c.lastEarlierCommand(4, 0)
+		must.Eq(t, 7, got)
 	})
 
 	t.Run("it passes on whether the store is monotonic", func(t *testing.T) {

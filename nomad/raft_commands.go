@@ -13,7 +13,7 @@ import (
 const maxCommandRefs = 256
 
 // seedScan bounds how many entries a commandIndex reads back from the end
-// of the log when it starts.
+// of the log, looking for the newest command, when it starts.
 const seedScan = 1024
 
 // commandIndex is Raft's log store with a record of where the newest
@@ -35,8 +35,11 @@ type commandIndex struct {
 
 type commandRef struct{ index, term uint64 }
 
-// newCommandIndex wraps logs, reading back up to seedScan entries from its
-// end for the commands already there.
+// newCommandIndex wraps logs, reading back from its end to its newest
+// command (at most seedScan entries). Only that one is needed: a lookup
+// wants the newest command of a term before this server's next term as
+// leader, which is later than every term in the log now, and every
+// command written later is recorded as it is stored.
 func newCommandIndex(logs raft.LogStore) (*commandIndex, error) {
 	c := &commandIndex{LogStore: logs}
 	first, err := logs.FirstIndex()
@@ -54,22 +57,16 @@ func newCommandIndex(logs raft.LogStore) (*commandIndex, error) {
 	if last >= seedScan && last-seedScan+1 > low {
 		low = last - seedScan + 1
 	}
-	var found []commandRef
 	for i := last; i >= low; i-- {
 		var l raft.Log
 		if err := logs.GetLog(i, &l); err != nil {
 			return nil, err
 		}
 		if l.Type == raft.LogCommand {
-			found = append(found, commandRef{l.Index, l.Term})
-			if len(found) == maxCommandRefs {
-				low = i
-				break
-			}
+			c.refs = []commandRef{{l.Index, l.Term}}
+			c.known = i - 1
+			return c, nil
 		}
-	}
-	for i := len(found) - 1; i >= 0; i-- {
-		c.refs = append(c.refs, found[i])
 	}
 	c.known = low - 1
 	return c, nil
