@@ -1,8 +1,10 @@
 package nomad
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"io"
 	"sync"
 	"testing"
 	"time"
@@ -103,6 +105,15 @@ func TestCommandIndex_LastEarlierCommand(t *testing.T) {
 		must.Eq(t, 3, got)
 	})
 
+	t.Run("a failed delete forgets nothing", func(t *testing.T) {
+		c := indexOf(t, false, sampleLog()...)
+		c.LogStore = failingLogs{c.LogStore}
+		must.Error(t, c.DeleteRange(7, 7))
+		got, known := c.lastEarlierCommand(4, 3)
+		must.True(t, known)
+		must.Eq(t, 7, got, must.Sprint("command 7 is still in the log"))
+	})
+
 	t.Run("an index written again replaces the old record", func(t *testing.T) {
 		c := indexOf(t, false, sampleLog()...)
 		must.NoError(t, c.StoreLog(&raft.Log{Index: 7, Term: 4, Type: raft.LogCommand}))
@@ -195,10 +206,11 @@ func TestCommandIndex_LastEarlierCommand(t *testing.T) {
 	})
 }
 
-// failingLogs is a log store whose reads fail.
+// failingLogs is a log store whose reads and deletes fail.
 type failingLogs struct{ raft.LogStore }
 
-func (failingLogs) GetLog(uint64, *raft.Log) error { return errors.New("disk on fire") }
+func (failingLogs) GetLog(uint64, *raft.Log) error   { return errors.New("disk on fire") }
+func (failingLogs) DeleteRange(uint64, uint64) error { return errors.New("disk on fire") }
 
 func TestFSM_WaitApplied(t *testing.T) {
 	f, err := NewFSM(hclog.NewNullLogger())
@@ -235,20 +247,32 @@ func TestFSM_WaitApplied(t *testing.T) {
 		must.Eq(t, 6, f.Applied())
 	})
 
-	t.Run("a restored snapshot raises the count, never lowers it", func(t *testing.T) {
+	t.Run("a restore sets the count to what the restored state records", func(t *testing.T) {
+		src, err := NewFSM(hclog.NewNullLogger())
+		must.NoError(t, err)
+		node := testNode("restored")
+		must.NoError(t, src.State().UpsertNode(40, node))
+		snap, err := src.Snapshot()
+		must.NoError(t, err)
+		sink := &memSink{}
+		must.NoError(t, snap.Persist(sink))
+
 		g, err := NewFSM(hclog.NewNullLogger())
 		must.NoError(t, err)
 		done := make(chan error, 1)
 		go func() { done <- g.waitApplied(context.Background(), 40) }()
-		g.raiseApplied(50)
+		must.NoError(t, g.Restore(io.NopCloser(bytes.NewReader(sink.Bytes()))))
 		select {
 		case err := <-done:
 			must.NoError(t, err)
 		case <-time.After(10 * time.Second):
-			t.Fatal("still waiting with 50 restored")
+			t.Fatal("still waiting with a state restored at 40")
 		}
-		g.raiseApplied(20)
-		must.Eq(t, 50, g.Applied())
+		must.Eq(t, 40, g.Applied())
+		// A snapshot older than what was applied lowers it.
+		g.Apply(&raft.Log{Index: 90, Type: raft.LogCommand})
+		must.NoError(t, g.Restore(io.NopCloser(bytes.NewReader(sink.Bytes()))))
+		must.Eq(t, 40, g.Applied())
 	})
 
 	t.Run("ends with its context", func(t *testing.T) {

@@ -25,10 +25,11 @@ type FSM struct {
 	// events, when set, gets the events of every applied entry.
 	events *eventBroker
 
-	// applied is the index of the last entry Apply returned from. Raft's
-	// own AppliedIndex moves when entries are handed to the FSM's
-	// goroutine, before they are applied; this moves after. A snapshot
-	// restore leaves it as it was: it never claims more than was applied.
+	// applied is the index of the last entry Apply returned from, or after
+	// a restore the last index the restored state records: every command
+	// up to it is in the state. Raft's own AppliedIndex moves when entries
+	// are handed to the FSM's goroutine, before they are applied; this
+	// moves after.
 	applied atomic.Uint64
 	// waiters counts waitApplied calls, so that Apply takes appliedMu only
 	// when someone waits; appliedCh is closed (and replaced) when applied
@@ -86,10 +87,7 @@ func (f *FSM) Apply(l *raft.Log) any {
 
 // markApplied records that the entry at index has been applied and wakes
 // whoever waits for it.
-func (f *FSM) markApplied(index uint64) {
-	f.applied.Store(index)
-	f.wakeWaiters()
-}
+func (f *FSM) markApplied(index uint64) { f.setApplied(index) }
 
 // wakeWaiters wakes every waitApplied call, if any, to read applied again.
 func (f *FSM) wakeWaiters() {
@@ -102,19 +100,10 @@ func (f *FSM) wakeWaiters() {
 	f.appliedMu.Unlock()
 }
 
-// raiseApplied records that every entry up to index is in the state, as
-// after Raft restored a snapshot at index. It never lowers the count.
-func (f *FSM) raiseApplied(index uint64) {
-	for {
-		cur := f.applied.Load()
-		if cur >= index {
-			return
-		}
-		if f.applied.CompareAndSwap(cur, index) {
-			f.wakeWaiters()
-			return
-		}
-	}
+// setApplied sets the count after a restore, and wakes whoever waits.
+func (f *FSM) setApplied(index uint64) {
+	f.applied.Store(index)
+	f.wakeWaiters()
 }
 
 // Applied returns the index of the last entry applied.

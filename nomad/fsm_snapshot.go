@@ -52,17 +52,25 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	if err != nil {
 		return err
 	}
+	latest, err := fresh.LatestIndex()
+	if err != nil {
+		return err
+	}
 	f.mu.Lock()
 	old := f.state
 	f.state = fresh
 	events := f.events
 	f.mu.Unlock()
+	// Every command up to the snapshot's index is in the state now, and
+	// none after it (the snapshot may even be older than what was applied
+	// before). Raft does not say that index; the last index any table
+	// records is at most it, so the count never claims too much.
+	f.setApplied(latest)
 	old.Abandon()
 	if events != nil {
 		// The restore's contents come without events: a subscriber from
 		// before it would miss them.
 		fresh.SetChangeHook(events.storeHook)
-		latest, _ := fresh.LatestIndex()
 		events.restored(latest)
 	}
 	return nil

@@ -111,9 +111,15 @@ func (c *commandIndex) StoreLogs(logs []*raft.Log) error {
 	return c.LogStore.StoreLogs(logs)
 }
 
-// DeleteRange forgets the commands in [min, max]: a conflicting suffix
-// Raft removes, or a prefix compacted into a snapshot.
+// DeleteRange deletes [min, max] (a conflicting suffix Raft removes, or a
+// prefix compacted into a snapshot), then forgets its commands. Forgetting
+// only once they are gone means a lookup never misses one still in the
+// log; one that sees them in between waits for a command that is gone, and
+// the barrier decides.
 func (c *commandIndex) DeleteRange(min, max uint64) error {
+	if err := c.LogStore.DeleteRange(min, max); err != nil {
+		return err
+	}
 	c.mu.Lock()
 	kept := c.refs[:0]
 	for _, r := range c.refs {
@@ -123,7 +129,7 @@ func (c *commandIndex) DeleteRange(min, max uint64) error {
 	}
 	c.refs = kept
 	c.mu.Unlock()
-	return c.LogStore.DeleteRange(min, max)
+	return nil
 }
 
 // lastEarlierCommand returns the index of the last command of a term

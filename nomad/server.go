@@ -349,9 +349,6 @@ func (s *Server) setupRaft() error {
 		return fmt.Errorf("server: start raft: %w", err)
 	}
 	s.raft = r
-	// Raft restored its latest snapshot into the FSM: every command up to
-	// its index is applied.
-	s.fsm.raiseApplied(r.AppliedIndex())
 	if s.dataDir != nil {
 		if err := s.dataDir.record(r.AppliedIndex()); err != nil {
 			s.logger.Warn("could not write the data dir marker", "error", err)

@@ -25,9 +25,15 @@
 //
 // A directory that holds raft-wal's bolt metadata (wal-meta.db) and no
 // meta files is imported once: its state and stable keys are written to
-// meta-a, then wal-meta.db is renamed to wal-meta.db.imported. There is no
-// way back to the bolt file: a build that reads only wal-meta.db would not
-// see this store's writes.
+// meta-a; the bolt file is copied to wal-meta.db.imported, and wal-meta.db
+// replaced by one that names a log segment in a codec raft-wal does not
+// know. A build that reads only wal-meta.db then refuses to open the log
+// instead of taking it for empty (raft-wal deletes the segment files its
+// metadata does not list, and the server would forget its vote). There is
+// no way back to such a build.
+//
+// Meta files that are missing while the log has segments, or while
+// wal-meta.db says the metadata moved, are an error too.
 package raftmeta
 
 import (
@@ -41,11 +47,13 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/hashicorp/raft-wal/metadb"
 	"github.com/hashicorp/raft-wal/types"
+	"github.com/roamhq/roam/internal/fsutil"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -53,8 +61,17 @@ const (
 	fileA    = "meta-a"
 	fileB    = "meta-b"
 	lockFile = "meta.lock"
-	// importedSuffix is appended to raft-wal's bolt file once imported.
+	// importedSuffix names the copy of raft-wal's bolt file kept once
+	// imported.
 	importedSuffix = ".imported"
+	// movedKey, in the stable bucket of the wal-meta.db left after an
+	// import, marks it as the file that sends older builds away.
+	movedKey = "roam-raftmeta-moved-to"
+	// refusedCodec is the codec of the one segment that file lists: not
+	// one raft-wal knows, so it refuses to open the log.
+	refusedCodec = 0x526f616d // "Roam"
+	// segmentSuffix ends raft-wal's segment file names.
+	segmentSuffix = ".wal"
 
 	headerLen = 8 + 8 + 4 + 4
 	// preallocate is the size each file starts with, so that the usual
@@ -76,6 +93,8 @@ var (
 	ErrDamaged = errors.New("raft log metadata damaged")
 	// ErrClosed is returned after Close.
 	ErrClosed = errors.New("raft log metadata store closed")
+	// errNotOpen is GetStable's answer before Load or after Close.
+	errNotOpen = errors.New("raft log metadata store not open")
 )
 
 // record is what each write stores whole.
@@ -144,9 +163,21 @@ func (s *Store) openLocked(dir string) error {
 		// A new directory, or one that raft-wal's bolt store kept until now.
 		rec := record{Stable: map[string][]byte{}}
 		if exists(bolted) {
-			if rec, err = importBolt(bolted); err != nil {
+			imported, moved, err := importBolt(bolted)
+			if err != nil {
 				return err
 			}
+			if moved {
+				return fmt.Errorf("%w: %s and %s are missing from %s, and %s says the metadata moved to them",
+					ErrDamaged, fileA, fileB, dir, metadb.FileName)
+			}
+			rec = imported
+		} else if has, err := hasLog(dir); err != nil || has {
+			if err != nil {
+				return err
+			}
+			return fmt.Errorf("%w: %s and %s are missing from %s while its log has segments; "+
+				"without them this server cannot know its Raft term and vote", ErrDamaged, fileA, fileB, dir)
 		}
 		if err := createFile(pathA, encode(1, rec)); err != nil {
 			return err
@@ -196,15 +227,15 @@ func (s *Store) openLocked(dir string) error {
 	return nil
 }
 
-// setAsideImported renames raft-wal's bolt file once its contents are in
-// this store, so that nothing reads it as current. It is still there when
-// a run imported it and stopped before the rename, and then it holds what
-// the store does. If it differs, a build that writes only the bolt file
-// ran here after the import, and neither can be trusted to hold the
-// latest term and vote.
+// setAsideImported replaces raft-wal's bolt file, once its contents are in
+// this store, with one that older builds refuse (see the package comment),
+// keeping a copy. The original is still there when a run imported it and
+// stopped before this, and then it holds what the store does. If it
+// differs, a build that writes only the bolt file ran here after the
+// import, and neither can be trusted to hold the latest term and vote.
 func setAsideImported(bolted string, current record) error {
-	imported, err := importBolt(bolted)
-	if err != nil {
+	imported, moved, err := importBolt(bolted)
+	if err != nil || moved {
 		return err
 	}
 	a, _ := json.Marshal(imported)
@@ -214,10 +245,66 @@ func setAsideImported(bolted string, current record) error {
 			"only in %s ran here); move one of them aside once you know which is newer",
 			ErrDamaged, metadb.FileName, filepath.Dir(bolted), metadb.FileName)
 	}
-	if err := os.Rename(bolted, bolted+importedSuffix); err != nil {
-		return fmt.Errorf("raftmeta: set the imported %s aside: %w", metadb.FileName, err)
+	original, err := os.ReadFile(bolted)
+	if err != nil {
+		return fmt.Errorf("raftmeta: %w", err)
 	}
-	return syncDir(filepath.Dir(bolted))
+	if err := fsutil.WriteFileAtomic(bolted+importedSuffix, original, 0o600); err != nil {
+		return fmt.Errorf("raftmeta: keep a copy of %s: %w", metadb.FileName, err)
+	}
+	return writeRefusal(bolted)
+}
+
+// writeRefusal replaces the bolt file at path, atomically, with one whose
+// log state lists a single segment in a codec raft-wal does not know.
+func writeRefusal(path string) error {
+	tmp := path + ".tmp"
+	if err := os.Remove(tmp); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("raftmeta: %w", err)
+	}
+	state, _ := json.Marshal(types.PersistentState{Segments: []types.SegmentInfo{{Codec: refusedCodec}}})
+	db, err := bolt.Open(tmp, 0o600, &bolt.Options{Timeout: time.Second})
+	if err != nil {
+		return fmt.Errorf("raftmeta: %w", err)
+	}
+	err = db.Update(func(tx *bolt.Tx) error {
+		meta, err := tx.CreateBucket([]byte(metadb.MetaBucket))
+		if err != nil {
+			return err
+		}
+		if err := meta.Put([]byte(metadb.MetaKey), state); err != nil {
+			return err
+		}
+		stable, err := tx.CreateBucket([]byte(metadb.StableBucket))
+		if err != nil {
+			return err
+		}
+		return stable.Put([]byte(movedKey), []byte(fileA+" and "+fileB))
+	})
+	if cerr := db.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		return fmt.Errorf("raftmeta: replace %s: %w", metadb.FileName, err)
+	}
+	return syncDir(filepath.Dir(path))
+}
+
+// hasLog reports whether dir holds raft-wal segment files.
+func hasLog(dir string) (bool, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return false, fmt.Errorf("raftmeta: %w", err)
+	}
+	for _, e := range entries {
+		if strings.HasSuffix(e.Name(), segmentSuffix) {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // CommitState replaces the persisted log state. It returns once the new
@@ -235,7 +322,7 @@ func (s *Store) GetStable(key []byte) ([]byte, error) {
 	s.recMu.RLock()
 	defer s.recMu.RUnlock()
 	if s.rec.Stable == nil {
-		return nil, ErrClosed
+		return nil, errNotOpen
 	}
 	v, ok := s.rec.Stable[string(key)]
 	if !ok {
@@ -429,12 +516,13 @@ func exists(path string) bool {
 	return !errors.Is(err, fs.ErrNotExist)
 }
 
-// importBolt reads raft-wal's bolt metadata file.
-func importBolt(path string) (record, error) {
-	rec := record{Stable: map[string][]byte{}}
+// importBolt reads raft-wal's bolt metadata file, and reports whether it
+// is the one an import leaves behind.
+func importBolt(path string) (rec record, moved bool, err error) {
+	rec = record{Stable: map[string][]byte{}}
 	db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true, Timeout: time.Second})
 	if err != nil {
-		return rec, fmt.Errorf("raftmeta: open %s to import it: %w", path, err)
+		return rec, false, fmt.Errorf("raftmeta: open %s to import it: %w", path, err)
 	}
 	defer db.Close()
 	err = db.View(func(tx *bolt.Tx) error {
@@ -455,7 +543,8 @@ func importBolt(path string) (record, error) {
 		})
 	})
 	if err != nil {
-		return rec, fmt.Errorf("raftmeta: import %s: %w", path, err)
+		return rec, false, fmt.Errorf("raftmeta: import %s: %w", path, err)
 	}
-	return rec, nil
+	_, moved = rec.Stable[movedKey]
+	return rec, moved, nil
 }

@@ -3,7 +3,6 @@ package raftmeta
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -172,7 +171,7 @@ func TestStore_AfterCloseAndBeforeLoad(t *testing.T) {
 	must.NoError(t, s.Close())
 	must.ErrorIs(t, s.SetStable([]byte("k"), []byte("v")), ErrClosed)
 	_, err = s.GetStable([]byte("k"))
-	must.ErrorIs(t, err, ErrClosed)
+	must.ErrorIs(t, err, errNotOpen)
 	// The lock went with Close.
 	open(t, dir)
 }
@@ -208,21 +207,26 @@ func TestStore_GetReturnsACopy(t *testing.T) {
 func TestStore_ConcurrentReadsAndWrites(t *testing.T) {
 	s := open(t, t.TempDir())
 	var wg sync.WaitGroup
+	errs := make(chan error, 4*20*3)
 	for w := range 4 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for i := range 20 {
-				must.NoError(t, s.SetStable([]byte(fmt.Sprintf("k%d", w)), []byte{byte(i)}))
+				errs <- s.SetStable([]byte(fmt.Sprintf("k%d", w)), []byte{byte(i)})
 				if w == 0 {
-					must.NoError(t, s.CommitState(someState(uint64(i+1))))
+					errs <- s.CommitState(someState(uint64(i + 1)))
 				}
 				_, err := s.GetStable([]byte("k0"))
-				must.NoError(t, err)
+				errs <- err
 			}
 		}()
 	}
 	wg.Wait()
+	close(errs)
+	for err := range errs {
+		must.NoError(t, err)
+	}
 	for w := range 4 {
 		v, err := s.GetStable([]byte(fmt.Sprintf("k%d", w)))
 		must.NoError(t, err)
@@ -245,48 +249,86 @@ func boltDir(t *testing.T, state types.PersistentState, stable map[string][]byte
 	return dir
 }
 
-func TestStore_ImportsBoltMetadata(t *testing.T) {
-	stable := map[string][]byte{"CurrentTerm": {0, 0, 0, 0, 0, 0, 0, 9}, "LastVoteCand": []byte("server-2")}
-	dir := boltDir(t, someState(4), stable)
-
-	s := &Store{}
-	st, err := s.Load(dir)
+// walDirWithBolt makes a log as a build with raft-wal's own bolt metadata
+// leaves it: two entries, term 9, a vote.
+func walDirWithBolt(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	w, err := raftwal.Open(dir)
 	must.NoError(t, err)
-	must.Eq(t, someState(4), st)
-	for k, v := range stable {
-		got, err := s.GetStable([]byte(k))
-		must.NoError(t, err)
-		must.Eq(t, v, got)
-	}
-	must.NoError(t, s.Close())
-	_, err = os.Stat(filepath.Join(dir, metadb.FileName))
-	must.True(t, errors.Is(err, os.ErrNotExist), must.Sprint("the bolt file is set aside once imported"))
-	_, err = os.Stat(filepath.Join(dir, metadb.FileName+importedSuffix))
-	must.NoError(t, err)
+	must.NoError(t, w.StoreLogs([]*raft.Log{{Index: 1, Term: 1, Data: []byte("a")}, {Index: 2, Term: 9, Data: []byte("b")}}))
+	must.NoError(t, w.SetUint64([]byte("CurrentTerm"), 9))
+	must.NoError(t, w.Set([]byte("LastVoteCand"), []byte("server-2")))
+	must.NoError(t, w.Close())
+	return dir
 }
 
-func TestStore_ImportStoppedBeforeTheRename(t *testing.T) {
-	stable := map[string][]byte{"CurrentTerm": {9}}
-	dir := boltDir(t, someState(4), stable)
-	// What an import leaves when it stops after writing meta-a: the
-	// same contents in both.
-	rec, err := importBolt(filepath.Join(dir, metadb.FileName))
+// segments lists the log's segment files.
+func segments(t *testing.T, dir string) []string {
+	t.Helper()
+	m, err := filepath.Glob(filepath.Join(dir, "*"+segmentSuffix))
 	must.NoError(t, err)
+	return m
+}
+
+// mustHoldLog opens dir through raft-wal with a Store and checks the log,
+// term and vote walDirWithBolt wrote.
+func mustHoldLog(t *testing.T, dir string) {
+	t.Helper()
+	meta := &Store{}
+	w, err := raftwal.Open(dir, raftwal.WithMetaStore(meta))
+	must.NoError(t, err)
+	defer meta.Close()
+	defer w.Close()
+	term, err := w.GetUint64([]byte("CurrentTerm"))
+	must.NoError(t, err)
+	must.Eq(t, 9, term)
+	cand, err := w.Get([]byte("LastVoteCand"))
+	must.NoError(t, err)
+	must.Eq(t, []byte("server-2"), cand)
+	var l raft.Log
+	must.NoError(t, w.GetLog(2, &l))
+	must.Eq(t, []byte("b"), l.Data)
+}
+
+func TestStore_ImportsBoltMetadata(t *testing.T) {
+	dir := walDirWithBolt(t)
+	mustHoldLog(t, dir)
+	// A copy of the original is kept, and wal-meta.db now turns away a
+	// build that reads only it, before raft-wal deletes anything.
+	_, err := os.Stat(filepath.Join(dir, metadb.FileName+importedSuffix))
+	must.NoError(t, err)
+	before := segments(t, dir)
+	must.SliceNotEmpty(t, before)
+	older := &metadb.BoltMetaDB{}
+	_, err = raftwal.Open(dir, raftwal.WithMetaStore(older))
+	must.ErrorContains(t, err, "unknown codec")
+	must.NoError(t, older.Close())
+	must.Eq(t, before, segments(t, dir), must.Sprint("an older build deleted segment files"))
+	// And this store opens it again, the refusal file left as it is.
+	mustHoldLog(t, dir)
+}
+
+func TestStore_ImportStoppedBeforeTheRefusal(t *testing.T) {
+	dir := walDirWithBolt(t)
+	// What an import leaves when it stops after writing meta-a: the
+	// original bolt file, holding what meta-a does.
+	rec, moved, err := importBolt(filepath.Join(dir, metadb.FileName))
+	must.NoError(t, err)
+	must.False(t, moved)
 	must.NoError(t, createFile(filepath.Join(dir, fileA), encode(1, rec)))
 
-	s := open(t, dir)
-	v, err := s.GetStable([]byte("CurrentTerm"))
+	mustHoldLog(t, dir)
+	_, moved, err = importBolt(filepath.Join(dir, metadb.FileName))
 	must.NoError(t, err)
-	must.Eq(t, []byte{9}, v)
-	_, err = os.Stat(filepath.Join(dir, metadb.FileName))
-	must.True(t, errors.Is(err, os.ErrNotExist))
+	must.True(t, moved, must.Sprint("the import finished on the next start"))
 }
 
 func TestStore_BoltWrittenAfterTheImportIsRefused(t *testing.T) {
-	dir := boltDir(t, someState(4), map[string][]byte{"CurrentTerm": {9}})
-	s := open(t, dir)
-	must.NoError(t, s.Close())
-	// A build that keeps its metadata only in bolt runs here and votes.
+	dir := walDirWithBolt(t)
+	mustHoldLog(t, dir)
+	// Someone puts the original back and runs a build that keeps its
+	// metadata only in bolt, which votes.
 	must.NoError(t, os.Rename(filepath.Join(dir, metadb.FileName+importedSuffix), filepath.Join(dir, metadb.FileName)))
 	db := &metadb.BoltMetaDB{}
 	_, err := db.Load(dir)
@@ -297,6 +339,35 @@ func TestStore_BoltWrittenAfterTheImportIsRefused(t *testing.T) {
 	_, err = (&Store{}).Load(dir)
 	must.ErrorIs(t, err, ErrDamaged)
 	must.StrContains(t, err.Error(), "disagree")
+}
+
+func TestStore_MissingFilesAreRefused(t *testing.T) {
+	remove := func(t *testing.T, dir string) {
+		for _, name := range []string{fileA, fileB} {
+			must.NoError(t, os.Remove(filepath.Join(dir, name)))
+		}
+	}
+	t.Run("the log has segments", func(t *testing.T) {
+		dir := t.TempDir()
+		meta := &Store{}
+		w, err := raftwal.Open(dir, raftwal.WithMetaStore(meta))
+		must.NoError(t, err)
+		must.NoError(t, w.StoreLogs([]*raft.Log{{Index: 1, Term: 1}}))
+		must.NoError(t, w.Close())
+		must.NoError(t, meta.Close())
+		remove(t, dir)
+		_, err = (&Store{}).Load(dir)
+		must.ErrorIs(t, err, ErrDamaged)
+		must.StrContains(t, err.Error(), "log has segments")
+	})
+	t.Run("wal-meta.db says they moved", func(t *testing.T) {
+		dir := walDirWithBolt(t)
+		mustHoldLog(t, dir)
+		remove(t, dir)
+		_, err := (&Store{}).Load(dir)
+		must.ErrorIs(t, err, ErrDamaged)
+		must.StrContains(t, err.Error(), "moved")
+	})
 }
 
 func TestStore_RecordLayout(t *testing.T) {
