@@ -3,7 +3,9 @@ package nomad
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"sync"
 	"testing"
@@ -13,6 +15,7 @@ import (
 	"github.com/hashicorp/raft"
 	raftwal "github.com/hashicorp/raft-wal"
 	"github.com/shoenig/test/must"
+	"github.com/shoenig/test/wait"
 )
 
 // storeLogs writes entries (type, term) at indexes 1, 2, ... into a new
@@ -305,4 +308,136 @@ func TestFSM_WaitApplied(t *testing.T) {
 			must.NoError(t, err)
 		}
 	})
+}
+
+// countFSM counts commands; its snapshot is the count.
+type countFSM struct {
+	mu sync.Mutex
+	n  uint64
+}
+
+func (f *countFSM) Apply(*raft.Log) any {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.n++
+	return nil
+}
+
+func (f *countFSM) Snapshot() (raft.FSMSnapshot, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return countSnap(f.n), nil
+}
+
+func (f *countFSM) Restore(rc io.ReadCloser) error {
+	defer rc.Close()
+	var b [8]byte
+	if _, err := io.ReadFull(rc, b[:]); err != nil {
+		return err
+	}
+	f.mu.Lock()
+	f.n = binary.BigEndian.Uint64(b[:])
+	f.mu.Unlock()
+	return nil
+}
+
+type countSnap uint64
+
+func (s countSnap) Persist(sink raft.SnapshotSink) error {
+	var b [8]byte
+	binary.BigEndian.PutUint64(b[:], uint64(s))
+	if _, err := sink.Write(b[:]); err != nil {
+		sink.Cancel()
+		return err
+	}
+	return sink.Close()
+}
+
+func (countSnap) Release() {}
+
+// A follower that fell behind the leader's compacted log gets a snapshot
+// and catches up: with raft-wal under the command index, Raft must clear
+// the follower's log after installing it (raft-wal takes no gap in its
+// indexes), which it does only if the index says the store is monotonic.
+func TestCommandIndex_FollowerCatchesUpFromASnapshot(t *testing.T) {
+	type node struct {
+		r     *raft.Raft
+		trans *raft.InmemTransport
+	}
+	var nodes []node
+	var servers []raft.Server
+	for i := range 3 {
+		addr, trans := raft.NewInmemTransport(raft.ServerAddress(fmt.Sprintf("n%d", i)))
+		nodes = append(nodes, node{trans: trans})
+		servers = append(servers, raft.Server{ID: raft.ServerID(addr), Address: addr})
+	}
+	for i := range nodes {
+		for j := range nodes {
+			if i != j {
+				nodes[i].trans.Connect(nodes[j].trans.LocalAddr(), nodes[j].trans)
+			}
+		}
+	}
+	for i := range nodes {
+		dir := t.TempDir()
+		wal, err := raftwal.Open(dir, raftwal.WithSegmentSize(8<<10))
+		must.NoError(t, err)
+		t.Cleanup(func() { wal.Close() })
+		logs, err := newCommandIndex(wal)
+		must.NoError(t, err)
+		snaps, err := raft.NewFileSnapshotStore(dir, 2, io.Discard)
+		must.NoError(t, err)
+		cfg := raft.DefaultConfig()
+		cfg.LocalID = servers[i].ID
+		cfg.Logger = hclog.NewNullLogger()
+		cfg.HeartbeatTimeout, cfg.ElectionTimeout = 50*time.Millisecond, 50*time.Millisecond
+		cfg.LeaderLeaseTimeout, cfg.CommitTimeout = 50*time.Millisecond, 5*time.Millisecond
+		cfg.TrailingLogs, cfg.SnapshotThreshold = 10, 1<<30
+		r, err := raft.NewRaft(cfg, &countFSM{}, logs, wal, snaps, nodes[i].trans)
+		must.NoError(t, err)
+		t.Cleanup(func() { r.Shutdown().Error() })
+		nodes[i].r = r
+	}
+	must.NoError(t, nodes[0].r.BootstrapCluster(raft.Configuration{Servers: servers}).Error())
+
+	var leader, behind node
+	must.Wait(t, wait.InitialSuccess(wait.ErrorFunc(func() error {
+		for _, n := range nodes {
+			if n.r.State() == raft.Leader {
+				leader = n
+				return nil
+			}
+		}
+		return errors.New("no leader")
+	}), wait.Timeout(10*time.Second), wait.Gap(10*time.Millisecond)))
+	for _, n := range nodes {
+		if n.r != leader.r {
+			behind = n
+			break
+		}
+	}
+	leader.trans.Disconnect(behind.trans.LocalAddr())
+	behind.trans.Disconnect(leader.trans.LocalAddr())
+	for i := range 300 {
+		must.NoError(t, leader.r.Apply([]byte{byte(i)}, 5*time.Second).Error())
+	}
+	// The leader's log now starts well past the follower's.
+	must.NoError(t, leader.r.Snapshot().Error())
+	leader.trans.Connect(behind.trans.LocalAddr(), behind.trans)
+	behind.trans.Connect(leader.trans.LocalAddr(), leader.trans)
+
+	must.Wait(t, wait.InitialSuccess(wait.ErrorFunc(func() error {
+		if got, want := behind.r.AppliedIndex(), leader.r.AppliedIndex(); got < want {
+			return fmt.Errorf("follower applied %d, leader %d", got, want)
+		}
+		return nil
+	}), wait.Timeout(15*time.Second), wait.Gap(20*time.Millisecond)))
+	// And it takes new entries after the snapshot.
+	must.NoError(t, leader.r.Apply([]byte("after"), 5*time.Second).Error())
+	must.Wait(t, wait.InitialSuccess(wait.ErrorFunc(func() error {
+		if got, want := behind.r.AppliedIndex(), leader.r.AppliedIndex(); got < want {
+			return fmt.Errorf("follower applied %d, leader %d", got, want)
+		}
+		return nil
+	}), wait.Timeout(15*time.Second), wait.Gap(20*time.Millisecond)))
 }
