@@ -279,7 +279,7 @@ func measureHandoff(b *testing.B, c *Cluster, kind string, sig syscall.Signal) h
 // the last quietWindow.
 const (
 	quietWindow = 500 * time.Millisecond
-	quietCPU    = 20 * time.Millisecond
+	quietCPU    = quietWindow / 25 // 4 % of a core
 )
 
 // waitQuiet waits until no server is busy: a server restarted a moment
