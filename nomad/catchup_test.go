@@ -215,6 +215,18 @@ type failingLogs struct{ raft.LogStore }
 func (failingLogs) GetLog(uint64, *raft.Log) error   { return errors.New("disk on fire") }
 func (failingLogs) DeleteRange(uint64, uint64) error { return errors.New("disk on fire") }
 
+// mustReturnNil waits for a waitApplied call's result on done, now that
+// what it waits for is there.
+func mustReturnNil(t *testing.T, done <-chan error, with string) {
+	t.Helper()
+	select {
+	case err := <-done:
+		must.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatalf("still waiting with %s", with)
+	}
+}
+
 func TestFSM_WaitApplied(t *testing.T) {
 	f, err := NewFSM(hclog.NewNullLogger())
 	must.NoError(t, err)
@@ -232,12 +244,7 @@ func TestFSM_WaitApplied(t *testing.T) {
 		case <-time.After(50 * time.Millisecond):
 		}
 		apply(5)
-		select {
-		case err := <-done:
-			must.NoError(t, err)
-		case <-time.After(10 * time.Second):
-			t.Fatal("still waiting with index 5 applied")
-		}
+		mustReturnNil(t, done, "index 5 applied")
 		must.Eq(t, 5, f.Applied())
 		// Already applied: no wait.
 		must.NoError(t, f.waitApplied(context.Background(), 3))
@@ -265,12 +272,7 @@ func TestFSM_WaitApplied(t *testing.T) {
 		done := make(chan error, 1)
 		go func() { done <- g.waitApplied(context.Background(), 40) }()
 		must.NoError(t, g.Restore(io.NopCloser(bytes.NewReader(sink.Bytes()))))
-		select {
-		case err := <-done:
-			must.NoError(t, err)
-		case <-time.After(10 * time.Second):
-			t.Fatal("still waiting with a state restored at 40")
-		}
+		mustReturnNil(t, done, "a state restored at 40")
 		must.Eq(t, 40, g.Applied())
 		// A snapshot older than what was applied lowers it.
 		g.Apply(&raft.Log{Index: 90, Type: raft.LogCommand})
