@@ -65,7 +65,7 @@ var errUnknownMessage = errors.New("fsm: unknown message type")
 // Apply applies one committed entry and returns nil or an error value,
 // which the writer receives from its apply future.
 func (f *FSM) Apply(l *raft.Log) any {
-	defer f.markApplied(l.Index)
+	defer f.setApplied(l.Index)
 	if l.Type != raft.LogCommand || len(l.Data) == 0 {
 		return nil
 	}
@@ -85,10 +85,6 @@ func (f *FSM) Apply(l *raft.Log) any {
 	return nil
 }
 
-// markApplied records that the entry at index has been applied and wakes
-// whoever waits for it.
-func (f *FSM) markApplied(index uint64) { f.setApplied(index) }
-
 // wakeWaiters wakes every waitApplied call, if any, to read applied again.
 func (f *FSM) wakeWaiters() {
 	if f.waiters.Load() == 0 {
@@ -100,7 +96,8 @@ func (f *FSM) wakeWaiters() {
 	f.appliedMu.Unlock()
 }
 
-// setApplied sets the count after a restore, and wakes whoever waits.
+// setApplied records that every command up to index is in the state (an
+// entry applied, or a restore) and wakes whoever waits.
 func (f *FSM) setApplied(index uint64) {
 	f.applied.Store(index)
 	f.wakeWaiters()

@@ -19,8 +19,9 @@ import (
 //
 // Until the duties are open the cluster has no serving leader, so only
 // what callers need goes first, and nothing on that path reads all of the
-// state: the catch-up (at most one barrier), then the lanes (claims and controller calls), the
-// heartbeat loop, the watcher, the broker and the drainer. Arming a timer
+// state: the catch-up (at most one barrier), then the lanes (claims and
+// controller calls), the heartbeat loop, the watcher, the broker and the
+// drainer. Arming a timer
 // for every known node and queueing the pending evaluations again follow
 // in finishTakeover, once callers are served. Each step is a gauge (see
 // leader_metrics.go).
@@ -223,27 +224,20 @@ func (s *Server) catchUp(ctx context.Context) error {
 	metrics.IncrCounter(metricCatchUpWaited, 1)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	type result struct {
-		barrier bool
-		err     error
-	}
-	results := make(chan result, 2)
+	results := make(chan error, 2)
 	waiting := 1
-	go func() { results <- result{barrier: true, err: s.leaderBarrier(ctx)} }()
+	go func() { results <- s.leaderBarrier(ctx) }()
 	if known {
 		waiting++
-		go func() { results <- result{err: s.fsm.waitApplied(ctx, target)} }()
+		go func() { results <- s.fsm.waitApplied(ctx, target) }()
 	}
-	var err error
-	for first := true; waiting > 0; waiting-- {
-		r := <-results
-		if first {
-			// The first answer decides: the FSM's wait fails only when ctx
-			// ends, and a barrier that fails means this server cannot
-			// commit, so the FSM would not catch up either.
-			err, first = r.err, false
-			cancel()
-		}
+	// The first answer decides: the FSM's wait fails only when ctx ends,
+	// and a barrier that fails means this server cannot commit, so the FSM
+	// would not catch up either. The other is cancelled and waited for.
+	err := <-results
+	cancel()
+	for waiting--; waiting > 0; waiting-- {
+		<-results
 	}
 	return err
 }
