@@ -44,13 +44,11 @@ func csiClaimRequest(nodeID string, alloc *structs.Allocation, req *structs.Volu
 	}
 }
 
-// claimRetryable says whether a failed claim or release may succeed if
-// sent again. Client.RPC already retries these for a while; past its
-// timeout the server may still come back (a long election, a claim held
-// by another request), so the claim keeps trying while the caller waits.
-func claimRetryable(err error) bool { return retryableCall(err) }
-
-// claimRetryPolicy is claimRetryable, and also waits up to wait for a
+// claimRetryPolicy says whether a failed claim may succeed if sent again:
+// whatever retryableCall allows (Client.RPC already retries those for a
+// while; past its timeout the server may still come back, after a long
+// election or a claim held by another request, so the claim keeps trying
+// while the caller waits), and also waits up to wait for a
 // controller when the servers find none reachable: that is often a
 // moment's state (the controller's node reconnecting to another server
 // after a restart), but a plugin that lost its controllers for good must
@@ -58,7 +56,7 @@ func claimRetryable(err error) bool { return retryableCall(err) }
 func claimRetryPolicy(wait time.Duration, now func() time.Time) func(error) bool {
 	var since time.Time
 	return func(err error) bool {
-		if claimRetryable(err) {
+		if retryableCall(err) {
 			return true
 		}
 		if !errors.Is(structs.FromRPCError(err), structs.ErrCSIControllerUnavailable) {

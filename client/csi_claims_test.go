@@ -69,9 +69,9 @@ func TestCSIClaimError_NamesTheCause(t *testing.T) {
 	err = csiClaimError(args, viaRPC(fmt.Errorf(`%w: volume "vol"`, structs.ErrNotFound)))
 	must.ErrorIs(t, err, structs.ErrNotFound)
 	must.StrContains(t, err.Error(), "not registered")
-	must.False(t, claimRetryable(structs.ErrCSIMaxClaims))
-	must.True(t, claimRetryable(fmt.Errorf("CSIVolume.Claim: gave up: %w", structs.ErrNoLeader)))
-	must.True(t, claimRetryable(structs.ErrClaimInProgress))
+	must.False(t, retryableCall(structs.ErrCSIMaxClaims))
+	must.True(t, retryableCall(fmt.Errorf("CSIVolume.Claim: gave up: %w", structs.ErrNoLeader)))
+	must.True(t, retryableCall(structs.ErrClaimInProgress))
 }
 
 // TestClient_CSIVolumeClaimedMountedAndReleased runs a real server and a

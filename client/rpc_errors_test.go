@@ -170,7 +170,7 @@ func TestServerConn_TimeoutOnLiveSessionKeepsIt(t *testing.T) {
 	err = conn.call(context.Background(), "Slow.Wait", "x", &out, 200*time.Millisecond)
 	must.ErrorIs(t, err, errCallTimedOut)
 	must.False(t, errors.Is(err, errConnLost), must.Sprintf("a busy server is not a lost connection: %v", err))
-	must.True(t, claimRetryable(err))
+	must.True(t, retryableCall(err))
 	must.False(t, conn.session.IsClosed())
 	must.NoError(t, conn.call(context.Background(), "Slow.Now", "x", &out, 5*time.Second))
 	must.Eq(t, "now", out)
