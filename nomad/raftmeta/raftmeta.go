@@ -157,41 +157,47 @@ func (s *Store) openLocked(dir string) error {
 	s.lock = lock
 
 	pathA, pathB := filepath.Join(dir, fileA), filepath.Join(dir, fileB)
-	existA, existB := exists(pathA), exists(pathB)
+	// raft-wal's bolt file, read once: to import if this store has no
+	// files yet, else to set aside once it is known to hold what the
+	// store does.
 	bolted := filepath.Join(dir, metadb.FileName)
-	if !existA && !existB {
+	var fromBolt *record
+	moved := false
+	if exists(bolted) {
+		rec, m, err := importBolt(bolted)
+		if err != nil {
+			return err
+		}
+		fromBolt, moved = &rec, m
+	}
+	if !exists(pathA) && !exists(pathB) {
 		// A new directory, or one that raft-wal's bolt store kept until now.
 		rec := record{Stable: map[string][]byte{}}
-		if exists(bolted) {
-			imported, moved, err := importBolt(bolted)
+		switch {
+		case moved:
+			return fmt.Errorf("%w: %s and %s are missing from %s, and %s says the metadata moved to them",
+				ErrDamaged, fileA, fileB, dir, metadb.FileName)
+		case fromBolt != nil:
+			rec = *fromBolt
+		default:
+			has, err := hasLog(dir)
 			if err != nil {
 				return err
 			}
-			if moved {
-				return fmt.Errorf("%w: %s and %s are missing from %s, and %s says the metadata moved to them",
-					ErrDamaged, fileA, fileB, dir, metadb.FileName)
+			if has {
+				return fmt.Errorf("%w: %s and %s are missing from %s while its log has segments; "+
+					"without them this server cannot know its Raft term and vote", ErrDamaged, fileA, fileB, dir)
 			}
-			rec = imported
-		} else if has, err := hasLog(dir); err != nil || has {
-			if err != nil {
-				return err
-			}
-			return fmt.Errorf("%w: %s and %s are missing from %s while its log has segments; "+
-				"without them this server cannot know its Raft term and vote", ErrDamaged, fileA, fileB, dir)
 		}
 		if err := createFile(pathA, encode(1, rec)); err != nil {
 			return err
 		}
-		existA = true
 	}
 	// One file may be missing: the other was written whole before this
 	// one was created.
-	for _, p := range []struct {
-		path  string
-		exist bool
-	}{{pathA, existA}, {pathB, existB}} {
-		if !p.exist {
-			if err := createFile(p.path, nil); err != nil {
+	for _, path := range []string{pathA, pathB} {
+		if !exists(path) {
+			if err := createFile(path, nil); err != nil {
 				return err
 			}
 		}
@@ -221,8 +227,8 @@ func (s *Store) openLocked(dir string) error {
 		best.rec.Stable = map[string][]byte{}
 	}
 	s.setRecord(best.rec)
-	if exists(bolted) {
-		return setAsideImported(bolted, best.rec)
+	if fromBolt != nil && !moved {
+		return setAsideImported(bolted, *fromBolt, best.rec)
 	}
 	return nil
 }
@@ -233,11 +239,7 @@ func (s *Store) openLocked(dir string) error {
 // stopped before this, and then it holds what the store does. If it
 // differs, a build that writes only the bolt file ran here after the
 // import, and neither can be trusted to hold the latest term and vote.
-func setAsideImported(bolted string, current record) error {
-	imported, moved, err := importBolt(bolted)
-	if err != nil || moved {
-		return err
-	}
+func setAsideImported(bolted string, imported, current record) error {
 	a, _ := json.Marshal(imported)
 	b, _ := json.Marshal(current)
 	if !bytes.Equal(a, b) {
@@ -475,25 +477,7 @@ func readRecord(f *os.File) (*decoded, bool) {
 func createFile(path string, data []byte) error {
 	buf := make([]byte, max(len(data), preallocate))
 	copy(buf, data)
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
-	if err != nil {
-		return fmt.Errorf("raftmeta: %w", err)
-	}
-	_, err = f.Write(buf)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err == nil {
-		err = syncDir(filepath.Dir(path))
-	}
-	if err != nil {
+	if err := fsutil.WriteFileAtomic(path, buf, 0o600); err != nil {
 		return fmt.Errorf("raftmeta: create %s: %w", path, err)
 	}
 	return nil
