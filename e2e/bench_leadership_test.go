@@ -156,18 +156,7 @@ func measureHandoff(b *testing.B, c *Cluster, kind string, sig syscall.Signal) h
 	old := c.Leader()
 	s := handoffSample{kind: kind, old: old, new: -1}
 
-	// Each survivor's duty and takeover counts, so only a takeover after
-	// the signal counts.
-	before := make(map[int]map[string]float64)
-	for i, a := range c.Servers {
-		if i != old {
-			m, err := promMetrics(a.HTTPAddr())
-			if err != nil {
-				b.Fatalf("metrics of %s: %v", a.Name, err)
-			}
-			before[i] = m
-		}
-	}
+	before := survivorMetrics(b, c, old)
 
 	start := time.Now()
 	if err := c.Servers[old].Signal(sig); err != nil {
@@ -208,27 +197,7 @@ func measureHandoff(b *testing.B, c *Cluster, kind string, sig syscall.Signal) h
 	// The new leader, as the survivors agree on it, once it has finished
 	// its takeover (duties open, then the work that follows).
 	var now map[string]float64
-	WaitFor(b, settle, func() error {
-		idx, err := c.LeaderNow()
-		if err != nil {
-			return err
-		}
-		if idx == old {
-			return fmt.Errorf("%s still named leader", c.Servers[old].Name)
-		}
-		m, err := promMetrics(c.Servers[idx].HTTPAddr())
-		if err != nil {
-			return err
-		}
-		if m[metricDutiesStarted] <= before[idx][metricDutiesStarted] {
-			return fmt.Errorf("new leader %s has not opened its duties yet", c.Servers[idx].Name)
-		}
-		if m[metricTakeoverDone] <= before[idx][metricTakeoverDone] {
-			return fmt.Errorf("new leader %s has not finished its takeover yet", c.Servers[idx].Name)
-		}
-		s.new, now = idx, m
-		return nil
-	})
+	s.new, now = awaitTakeover(b, c, old, before, settle)
 	var notes []string
 	if k := now[metricDutiesStarted] - before[s.new][metricDutiesStarted]; k > 1 {
 		notes = append(notes, fmt.Sprintf("new leader started duties %.0f times", k))

@@ -49,6 +49,54 @@ const (
 	metricDrainedCalls = "roam_leader_handoff_drained_calls"
 )
 
+// survivorMetrics reads every server's metrics but old's, before old is
+// stopped, so that only a takeover after that counts (awaitTakeover).
+func survivorMetrics(tb testing.TB, c *Cluster, old int) map[int]map[string]float64 {
+	tb.Helper()
+	before := make(map[int]map[string]float64)
+	for i, a := range c.Servers {
+		if i != old {
+			m, err := promMetrics(a.HTTPAddr())
+			if err != nil {
+				tb.Fatalf("metrics of %s: %v", a.Name, err)
+			}
+			before[i] = m
+		}
+	}
+	return before
+}
+
+// awaitTakeover waits until the survivors agree on a new leader other than
+// old and it has opened its duties and finished its takeover since before
+// (survivorMetrics), and returns it with its metrics then.
+func awaitTakeover(tb testing.TB, c *Cluster, old int, before map[int]map[string]float64, timeout time.Duration) (int, map[string]float64) {
+	tb.Helper()
+	var idx int
+	var now map[string]float64
+	WaitFor(tb, timeout, func() error {
+		i, err := c.LeaderNow()
+		if err != nil {
+			return err
+		}
+		if i == old {
+			return fmt.Errorf("%s still named leader", c.Servers[old].Name)
+		}
+		m, err := promMetrics(c.Servers[i].HTTPAddr())
+		if err != nil {
+			return err
+		}
+		if m[metricDutiesStarted] <= before[i][metricDutiesStarted] {
+			return fmt.Errorf("new leader %s has not opened its duties yet", c.Servers[i].Name)
+		}
+		if m[metricTakeoverDone] <= before[i][metricTakeoverDone] {
+			return fmt.Errorf("new leader %s has not finished its takeover yet", c.Servers[i].Name)
+		}
+		idx, now = i, m
+		return nil
+	})
+	return idx, now
+}
+
 // promMetrics reads an agent's /v1/metrics?format=prometheus as a map from
 // series (name, with its labels if any) to value.
 func promMetrics(base string) (map[string]float64, error) {

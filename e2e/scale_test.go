@@ -307,14 +307,7 @@ func runScale(t *testing.T, tbl *scaleTable, n int) {
 	takeover := func(sig syscall.Signal, label string, k int) {
 		li := c.Leader()
 		a := c.Servers[li]
-		before := make(map[int]map[string]float64)
-		for i, o := range c.Servers {
-			if i != li {
-				m, err := promMetrics(o.HTTPAddr())
-				must.NoError(t, err)
-				before[i] = m
-			}
-		}
+		before := survivorMetrics(t, c, li)
 		start := time.Now()
 		must.NoError(t, a.Signal(sig))
 		must.NoError(t, s.RegisterVolumes(ctx, []string{fmt.Sprintf("takeover-%d", k)}, 1))
@@ -323,25 +316,7 @@ func runScale(t *testing.T, tbl *scaleTable, n int) {
 		// The new leader's own account of its takeover (nomad/leader_metrics.go):
 		// what lies on the critical path, and the work that scans all of
 		// the state, which runs once the duties are open.
-		var now map[string]float64
-		WaitFor(t, 2*time.Minute, func() error {
-			idx, err := c.LeaderNow()
-			if err != nil {
-				return err
-			}
-			if idx == li {
-				return fmt.Errorf("%s still named leader", a.Name)
-			}
-			m, err := promMetrics(c.Servers[idx].HTTPAddr())
-			if err != nil {
-				return err
-			}
-			if m[metricTakeoverDone] <= before[idx][metricTakeoverDone] {
-				return fmt.Errorf("new leader %s has not finished its takeover", c.Servers[idx].Name)
-			}
-			now = m
-			return nil
-		})
+		_, now := awaitTakeover(t, c, li, before, 2*time.Minute)
 		g := func(step string) float64 { return now["roam_leader_takeover_"+step+"_ms"] }
 		tbl.set(n, label+": leaderless gap", "%.1f ms", g("leaderless_gap"))
 		tbl.set(n, label+": caught up / duties open", "%.1f / %.1f ms", g("caught_up"), g("acquired_to_duties"))
