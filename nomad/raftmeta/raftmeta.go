@@ -8,7 +8,9 @@
 // goes on, so these writes lie on the critical path of every change of
 // leader. raft-wal's own store is a bolt database: each write is a
 // transaction with two syncs. This store syncs once per write, overwriting
-// a record in place, so nothing but data blocks has to reach the disk.
+// a record in place, so nothing but data blocks has to reach the disk; and
+// it writes a vote's two keys as one record (see VoteTermKey), so that an
+// election costs the candidate two syncs and each voter two.
 //
 // Two files in the log's directory, meta-a and meta-b, each hold at most
 // one record, at offset 0:
@@ -78,6 +80,17 @@ const (
 	// write does not grow it (a write that grows a file must also sync
 	// its size).
 	preallocate = 4096
+	// VoteTermKey and VoteCandidateKey are the keys under which
+	// hashicorp/raft records a vote, writing the term and then, in the
+	// same call and before it acts on the vote, the candidate. The term is
+	// held in memory and written with the candidate, in one record and one
+	// sync: a crash between the two calls leaves the vote before, as a
+	// crash before the first would, and never a vote's term beside the
+	// previous vote's candidate. TestRaftWritesTheVoteAsAPair keeps Raft
+	// to that order.
+	VoteTermKey      = "LastVoteTerm"
+	VoteCandidateKey = "LastVoteCand"
+
 	// maxPayload bounds what Load reads, so that a damaged length cannot
 	// make it allocate without limit. The segment list grows by one entry
 	// (about 200 bytes) per 64 MiB of log kept.
@@ -319,7 +332,8 @@ func (s *Store) CommitState(state types.PersistentState) error {
 	return s.writeLocked(rec)
 }
 
-// GetStable returns the value stored under key, or nil.
+// GetStable returns the value stored under key, or nil; a vote's term
+// held for its candidate (VoteTermKey) is returned too.
 func (s *Store) GetStable(key []byte) ([]byte, error) {
 	s.recMu.RLock()
 	defer s.recMu.RUnlock()
@@ -333,7 +347,9 @@ func (s *Store) GetStable(key []byte) ([]byte, error) {
 	return bytes.Clone(v), nil
 }
 
-// SetStable stores value under key. It returns once the write is on disk.
+// SetStable stores value under key. It returns once the write is on
+// disk, but for the vote's term (VoteTermKey), which the next write
+// carries.
 func (s *Store) SetStable(key, value []byte) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -344,11 +360,16 @@ func (s *Store) SetStable(key, value []byte) error {
 	stable := maps.Clone(rec.Stable)
 	stable[string(key)] = bytes.Clone(value)
 	rec.Stable = stable
+	if string(key) == VoteTermKey {
+		s.setRecord(rec)
+		return nil
+	}
 	return s.writeLocked(rec)
 }
 
 // Close releases the files and the directory's lock. It is safe to call
-// twice.
+// twice. A vote's term still held for its candidate is dropped: that vote
+// was never cast.
 func (s *Store) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -447,4 +449,165 @@ func BenchmarkSetStable(b *testing.B) {
 			}
 		})
 	}
+}
+
+// onDisk returns the stable keys of the newest valid record in dir's
+// files, as a crash would leave them.
+func onDisk(t *testing.T, dir string) map[string][]byte {
+	t.Helper()
+	var newest *decoded
+	for _, name := range []string{fileA, fileB} {
+		f, err := os.Open(filepath.Join(dir, name))
+		must.NoError(t, err)
+		d, ok := readRecord(f)
+		f.Close()
+		if ok && (newest == nil || d.seq > newest.seq) {
+			newest = d
+		}
+	}
+	must.NotNil(t, newest, must.Sprint("no valid record on disk"))
+	return newest.rec.Stable
+}
+
+func TestStore_VoteIsWrittenAsOnePair(t *testing.T) {
+	dir := t.TempDir()
+	s := open(t, dir)
+	term, cand := []byte(VoteTermKey), []byte(VoteCandidateKey)
+	must.NoError(t, s.SetStable(term, []byte{4}))
+	must.NoError(t, s.SetStable(cand, []byte("server-a")))
+	seq := s.seq
+
+	// The next vote's term is read back at once but not yet written...
+	must.NoError(t, s.SetStable(term, []byte{5}))
+	v, err := s.GetStable(term)
+	must.NoError(t, err)
+	must.Eq(t, []byte{5}, v)
+	must.Eq(t, seq, s.seq, must.Sprint("the vote's term was written on its own"))
+	disk := onDisk(t, dir)
+	must.Eq(t, []byte{4}, disk[VoteTermKey], must.Sprint("a crash here must leave the previous vote whole"))
+	must.Eq(t, []byte("server-a"), disk[VoteCandidateKey])
+
+	// ...and reaches the disk with its candidate, in one write.
+	must.NoError(t, s.SetStable(cand, []byte("server-b")))
+	must.Eq(t, seq+1, s.seq)
+	disk = onDisk(t, dir)
+	must.Eq(t, []byte{5}, disk[VoteTermKey])
+	must.Eq(t, []byte("server-b"), disk[VoteCandidateKey])
+
+	// A term whose candidate was never written is not on disk after a
+	// restart.
+	must.NoError(t, s.SetStable(term, []byte{6}))
+	must.NoError(t, s.Close())
+	v, err = open(t, dir).GetStable(term)
+	must.NoError(t, err)
+	must.Eq(t, []byte{5}, v)
+}
+
+// recordingStable is a raft.StableStore that records the keys written.
+type recordingStable struct {
+	*raft.InmemStore
+	mu   sync.Mutex
+	keys []string
+}
+
+func (r *recordingStable) Set(k, v []byte) error {
+	r.note(k)
+	return r.InmemStore.Set(k, v)
+}
+
+func (r *recordingStable) SetUint64(k []byte, v uint64) error {
+	r.note(k)
+	return r.InmemStore.SetUint64(k, v)
+}
+
+func (r *recordingStable) note(k []byte) {
+	r.mu.Lock()
+	r.keys = append(r.keys, string(k))
+	r.mu.Unlock()
+}
+
+func (r *recordingStable) written() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.keys)
+}
+
+// The store holds a vote's term until its candidate is written; that is
+// only safe while Raft writes the candidate right after the term, every
+// time. This runs elections in a real Raft cluster and checks the order.
+func TestRaftWritesTheVoteAsAPair(t *testing.T) {
+	const n = 3
+	var (
+		nodes   []*raft.Raft
+		stables []*recordingStable
+		trans   []*raft.InmemTransport
+		servers []raft.Server
+	)
+	for i := range n {
+		addr, tr := raft.NewInmemTransport(raft.ServerAddress(fmt.Sprintf("node-%d", i)))
+		trans = append(trans, tr)
+		servers = append(servers, raft.Server{ID: raft.ServerID(addr), Address: addr})
+	}
+	for i := range trans {
+		for j := range trans {
+			if i != j {
+				trans[i].Connect(trans[j].LocalAddr(), trans[j])
+			}
+		}
+	}
+	for i, tr := range trans {
+		conf := raft.DefaultConfig()
+		conf.LocalID = servers[i].ID
+		conf.HeartbeatTimeout = 50 * time.Millisecond
+		conf.ElectionTimeout = 50 * time.Millisecond
+		conf.LeaderLeaseTimeout = 50 * time.Millisecond
+		conf.CommitTimeout = 5 * time.Millisecond
+		conf.LogOutput = io.Discard
+		st := &recordingStable{InmemStore: raft.NewInmemStore()}
+		stables = append(stables, st)
+		r, err := raft.NewRaft(conf, &raft.MockFSM{}, raft.NewInmemStore(), st, raft.NewInmemSnapshotStore(), tr)
+		must.NoError(t, err)
+		t.Cleanup(func() { r.Shutdown().Error() })
+		nodes = append(nodes, r)
+	}
+	must.NoError(t, nodes[0].BootstrapCluster(raft.Configuration{Servers: servers}).Error())
+
+	leader := func() *raft.Raft {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for time.Now().Before(deadline) {
+			for _, r := range nodes {
+				if r.State() == raft.Leader {
+					return r
+				}
+			}
+			select {
+			case <-nodes[0].LeaderCh():
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+		t.Fatal("no leader within 10s")
+		return nil
+	}
+	// The first election, then transfers: each an election with a
+	// candidate voting for itself and a voter granting its vote.
+	for range 4 {
+		must.NoError(t, leader().LeadershipTransfer().Error())
+	}
+	leader()
+
+	pairs := 0
+	for i, st := range stables {
+		keys := st.written()
+		for j, k := range keys {
+			if k != VoteTermKey {
+				continue
+			}
+			must.True(t, j+1 < len(keys) && keys[j+1] == VoteCandidateKey,
+				must.Sprintf("node %d wrote %v: the vote's term is not followed by its candidate", i, keys))
+			pairs++
+		}
+	}
+	// Five elections: at least a candidate's and a voter's vote each.
+	must.GreaterEq(t, 10, pairs)
 }
