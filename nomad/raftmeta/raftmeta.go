@@ -132,10 +132,13 @@ type Store struct {
 	failed error
 	closed bool
 
-	// recMu guards rec, the newest record, which GetStable reads while a
-	// write runs.
+	// recMu guards rec, the newest record on disk, which GetStable reads
+	// while a write runs, and heldTerm.
 	recMu sync.RWMutex
 	rec   record
+	// heldTerm is a vote's term not yet written: set by SetStable of
+	// VoteTermKey, written and cleared by that of VoteCandidateKey.
+	heldTerm []byte
 }
 
 var _ types.MetaStore = (*Store)(nil)
@@ -323,7 +326,9 @@ func hasLog(dir string) (bool, error) {
 }
 
 // CommitState replaces the persisted log state. It returns once the new
-// state is on disk.
+// state is on disk. A vote's term held for its candidate is not written:
+// raft-wal commits its state from its own goroutines, which may run
+// between the two halves of a vote.
 func (s *Store) CommitState(state types.PersistentState) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -340,6 +345,9 @@ func (s *Store) GetStable(key []byte) ([]byte, error) {
 	if s.rec.Stable == nil {
 		return nil, errNotOpen
 	}
+	if string(key) == VoteTermKey && s.heldTerm != nil {
+		return bytes.Clone(s.heldTerm), nil
+	}
 	v, ok := s.rec.Stable[string(key)]
 	if !ok {
 		return nil, nil
@@ -348,23 +356,40 @@ func (s *Store) GetStable(key []byte) ([]byte, error) {
 }
 
 // SetStable stores value under key. It returns once the write is on
-// disk, but for the vote's term (VoteTermKey), which the next write
-// carries.
+// disk, but for the vote's term (VoteTermKey), which is written with the
+// vote's candidate. If that write fails, the held term is dropped: the
+// vote was not cast.
 func (s *Store) SetStable(key, value []byte) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.writableLocked(); err != nil {
 		return err
 	}
+	if string(key) == VoteTermKey {
+		s.recMu.Lock()
+		s.heldTerm = bytes.Clone(value)
+		s.recMu.Unlock()
+		return nil
+	}
 	rec := s.snapshot()
 	stable := maps.Clone(rec.Stable)
 	stable[string(key)] = bytes.Clone(value)
-	rec.Stable = stable
-	if string(key) == VoteTermKey {
-		s.setRecord(rec)
-		return nil
+	vote := string(key) == VoteCandidateKey
+	if vote {
+		s.recMu.RLock()
+		if s.heldTerm != nil {
+			stable[VoteTermKey] = s.heldTerm
+		}
+		s.recMu.RUnlock()
 	}
-	return s.writeLocked(rec)
+	rec.Stable = stable
+	err := s.writeLocked(rec)
+	if vote {
+		s.recMu.Lock()
+		s.heldTerm = nil
+		s.recMu.Unlock()
+	}
+	return err
 }
 
 // Close releases the files and the directory's lock. It is safe to call
@@ -378,7 +403,7 @@ func (s *Store) Close() error {
 	}
 	s.closed = true
 	s.recMu.Lock()
-	s.rec = record{}
+	s.rec, s.heldTerm = record{}, nil
 	s.recMu.Unlock()
 	return s.closeFiles()
 }

@@ -503,6 +503,55 @@ func TestStore_VoteIsWrittenAsOnePair(t *testing.T) {
 	must.Eq(t, []byte{5}, v)
 }
 
+func TestStore_FailedVoteDropsTheHeldTerm(t *testing.T) {
+	s := open(t, t.TempDir())
+	term, cand := []byte(VoteTermKey), []byte(VoteCandidateKey)
+	must.NoError(t, s.SetStable(term, []byte{4}))
+	must.NoError(t, s.SetStable(cand, []byte("server-a")))
+	must.NoError(t, s.SetStable(term, []byte{5}))
+	s.files[1-s.newest].Close()
+	must.Error(t, s.SetStable(cand, []byte("server-a")))
+	// Raft takes a vote's term beside a candidate for a vote cast; term 5
+	// with server-a is not on disk, so it must not be read back, or the
+	// server would grant server-a's request in term 5 again and, after a
+	// restart, vote for another candidate in the same term.
+	v, err := s.GetStable(term)
+	must.NoError(t, err)
+	must.Eq(t, []byte{4}, v)
+}
+
+func TestStore_LogStateBetweenTheHalvesOfAVote(t *testing.T) {
+	dir := t.TempDir()
+	s := open(t, dir)
+	term, cand := []byte(VoteTermKey), []byte(VoteCandidateKey)
+	must.NoError(t, s.SetStable(term, []byte{4}))
+	must.NoError(t, s.SetStable(cand, []byte("server-a")))
+	must.NoError(t, s.SetStable(term, []byte{5}))
+	// raft-wal commits its segment list from its own goroutines, which
+	// may land between the two halves of a vote: not with the new term.
+	must.NoError(t, s.CommitState(someState(3)))
+	disk := onDisk(t, dir)
+	must.Eq(t, []byte{4}, disk[VoteTermKey])
+	must.Eq(t, []byte("server-a"), disk[VoteCandidateKey])
+	v, err := s.GetStable(term)
+	must.NoError(t, err)
+	must.Eq(t, []byte{5}, v)
+	// Another key alone does not carry it either.
+	must.NoError(t, s.SetStable([]byte("CurrentTerm"), []byte{5}))
+	must.Eq(t, []byte{4}, onDisk(t, dir)[VoteTermKey])
+
+	must.NoError(t, s.SetStable(cand, []byte("server-b")))
+	disk = onDisk(t, dir)
+	must.Eq(t, []byte{5}, disk[VoteTermKey])
+	must.Eq(t, []byte("server-b"), disk[VoteCandidateKey])
+	must.NoError(t, s.Close())
+	r := &Store{}
+	st, err := r.Load(dir)
+	must.NoError(t, err)
+	defer r.Close()
+	must.Eq(t, someState(3), st)
+}
+
 // recordingStable is a raft.StableStore that records the keys written.
 type recordingStable struct {
 	*raft.InmemStore
