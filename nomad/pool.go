@@ -84,7 +84,7 @@ func (p *connPool) get(addr string) (*rpc.Client, error) {
 
 // dial opens an RPC connection to addr.
 func (p *connPool) dial(addr string) (*rpc.Client, error) {
-	conn, err := dialServer(p.dialFn, p.source, addr, p.dialTimeout)
+	conn, err := dialServer(context.Background(), p.dialFn, p.source, addr, p.dialTimeout)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: %v", errDial, addr, err)
 	}
@@ -154,12 +154,12 @@ func (p *connPool) Shutdown() {
 
 // dialServer opens a connection to another server within timeout: through
 // dialFn when the server runs on another network, else over TCP from
-// source.
-func dialServer(dialFn func(context.Context, string) (net.Conn, error), source, addr string, timeout time.Duration) (net.Conn, error) {
+// source; ctx ends it early.
+func dialServer(ctx context.Context, dialFn func(context.Context, string) (net.Conn, error), source, addr string, timeout time.Duration) (net.Conn, error) {
 	if dialFn == nil {
-		return netutil.Dialer(source, timeout).Dial("tcp", addr)
+		return netutil.Dialer(source, timeout).DialContext(ctx, "tcp", addr)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	return dialFn(ctx, addr)
 }

@@ -25,6 +25,9 @@ import (
 // entry not yet sent, and every send is bounded by the transport's
 // timeout.
 //
+// A server's probe for a connection (linkProbe) is answered here, once
+// vetted, and never reaches Raft.
+//
 // Anyone who can open the RPC port can write a Raft frame; vet refuses
 // the ones whose sender is not a server this one trusts (see
 // peer_trust.go), answering with the error and never handing them to
@@ -100,6 +103,10 @@ func (t *raftTransport) relay() {
 		case rpc := <-in:
 			if err := t.vet(rpc); err != nil {
 				rpc.Respond(nil, err)
+				continue
+			}
+			if isLinkProbe(rpc) {
+				rpc.Respond(&raft.AppendEntriesResponse{}, nil)
 				continue
 			}
 			if hb := t.heartbeatHandler(); hb != nil && isHeartbeat(rpc) {

@@ -333,12 +333,30 @@ type raftLayer struct {
 	connCh  chan net.Conn
 	closeCh chan struct{}
 	once    sync.Once
+	// ctx ends with Close, and with it the dials under way.
+	ctx    context.Context
+	cancel context.CancelFunc
 	// handedOff counts the connections given to Raft.
 	handedOff atomic.Int64
+
+	// links holds the outgoing connections Raft has not closed, by peer
+	// address (keepRaftLinks); linksClosed is set by Close, after which
+	// Dial keeps no connection.
+	linksMu     sync.Mutex
+	links       map[raft.ServerAddress]map[*raftConn]struct{}
+	linksClosed bool
 }
 
+var errRaftLayerClosed = errors.New("raft layer closed")
+
 func newRaftLayer(addr net.Addr, source string, tlsConf *tlsutil.Configurator) *raftLayer {
-	return &raftLayer{addr: addr, source: source, tls: tlsConf, connCh: make(chan net.Conn), closeCh: make(chan struct{})}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &raftLayer{
+		addr: addr, source: source, tls: tlsConf,
+		connCh: make(chan net.Conn), closeCh: make(chan struct{}),
+		ctx: ctx, cancel: cancel,
+		links: make(map[raft.ServerAddress]map[*raftConn]struct{}),
+	}
 }
 
 // handoff passes an accepted Raft connection to Raft, or closes it if the
@@ -357,31 +375,106 @@ func (l *raftLayer) Accept() (net.Conn, error) {
 	case c := <-l.connCh:
 		return c, nil
 	case <-l.closeCh:
-		return nil, fmt.Errorf("raft layer closed")
+		return nil, errRaftLayerClosed
 	}
 }
 
+// Close stops accepting, cancels the dials under way and closes the
+// outgoing connections, so that no request waits out its timeout on them.
 func (l *raftLayer) Close() error {
-	l.once.Do(func() { close(l.closeCh) })
+	l.once.Do(func() {
+		close(l.closeCh)
+		l.cancel()
+		l.linksMu.Lock()
+		l.linksClosed = true
+		var conns []*raftConn
+		for _, set := range l.links {
+			for c := range set {
+				conns = append(conns, c)
+			}
+		}
+		l.linksMu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
 	return nil
 }
 
 func (l *raftLayer) Addr() net.Addr { return l.addr }
 
+// Dial opens a Raft connection to address, which stays usable after the
+// peer closes it (raftConn).
 func (l *raftLayer) Dial(address raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
-	conn, err := dialServer(l.dialFn, l.source, string(address), timeout)
+	if l.ctx.Err() != nil {
+		return nil, errRaftLayerClosed
+	}
+	dial := func() (net.Conn, net.Conn, error) { return l.dial(address, timeout) }
+	conn, raw, err := dial()
 	if err != nil {
 		return nil, err
 	}
+	c := &raftConn{dial: dial, conn: conn, raw: raw, onClose: l.forget(address)}
+	l.linksMu.Lock()
+	if l.linksClosed {
+		l.linksMu.Unlock()
+		conn.Close()
+		return nil, errRaftLayerClosed
+	}
+	if l.links[address] == nil {
+		l.links[address] = make(map[*raftConn]struct{})
+	}
+	l.links[address][c] = struct{}{}
+	l.linksMu.Unlock()
+	return c, nil
+}
+
+// forget returns what removes a closed connection to address from links.
+func (l *raftLayer) forget(address raft.ServerAddress) func(*raftConn) {
+	return func(c *raftConn) {
+		l.linksMu.Lock()
+		defer l.linksMu.Unlock()
+		delete(l.links[address], c)
+		if len(l.links[address]) == 0 {
+			delete(l.links, address)
+		}
+	}
+}
+
+// linked reports whether Raft holds a connection to address whose peer
+// has not closed it.
+func (l *raftLayer) linked(address raft.ServerAddress) bool {
+	l.linksMu.Lock()
+	conns := make([]*raftConn, 0, len(l.links[address]))
+	for c := range l.links[address] {
+		conns = append(conns, c)
+	}
+	l.linksMu.Unlock()
+	for _, c := range conns {
+		if !c.closedByPeer() {
+			return true
+		}
+	}
+	return false
+}
+
+// dial opens a connection to address that announces itself as Raft, and
+// returns it with the TCP socket under it.
+func (l *raftLayer) dial(address raft.ServerAddress, timeout time.Duration) (conn, raw net.Conn, err error) {
+	raw, err = dialServer(l.ctx, l.dialFn, l.source, string(address), timeout)
+	if err != nil {
+		return nil, nil, err
+	}
+	conn = raw
 	if l.tls.RPC() {
-		conn, err = tlsutil.WrapClient(conn, structs.RPCTLS, l.tls.OutgoingRPCConfig(), timeout)
+		conn, err = tlsutil.WrapClient(raw, structs.RPCTLS, l.tls.OutgoingRPCConfig(), timeout)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	if _, err := conn.Write([]byte{structs.RPCRaft}); err != nil {
 		conn.Close()
-		return nil, err
+		return nil, nil, err
 	}
-	return conn, nil
+	return conn, raw, nil
 }

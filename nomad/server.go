@@ -200,6 +200,9 @@ func NewServer(config *Config) (*Server, error) {
 	s.goTracked(s.acceptLoop)
 	s.goTracked(s.runLeadership)
 	s.goTracked(s.joinLoop)
+	if s.config.RaftTransport == nil {
+		s.goTracked(func() { s.keepRaftLinks(s.shutdownCtx) })
+	}
 	logger.Info("server started", "id", config.NodeID, "name", config.NodeName, "rpc_addr", advertise)
 	return s, nil
 }
