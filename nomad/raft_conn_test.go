@@ -1,6 +1,7 @@
 package nomad
 
 import (
+	"context"
 	"crypto/tls"
 	"errors"
 	"io"
@@ -238,4 +239,24 @@ func TestRaftLayer_NoConnectionKeptAfterClose(t *testing.T) {
 	_, err = layer.Dial(p.addr(), 5*time.Second)
 	must.ErrorIs(t, err, errRaftLayerClosed)
 	must.False(t, layer.linked(p.addr()))
+}
+
+// A dial that ends after Close has collected the connections keeps
+// nothing: Close could no longer close it.
+func TestRaftLayer_DialRacingCloseKeepsNothing(t *testing.T) {
+	p := newEchoPeer(t, nil)
+	layer := newRaftLayer(p.ln.Addr(), "", nil)
+	var dialed net.Conn
+	layer.dialFn = func(ctx context.Context, addr string) (net.Conn, error) {
+		c, err := (&net.Dialer{}).DialContext(ctx, "tcp", addr)
+		dialed = c
+		layer.Close() // while this dial is under way
+		return c, err
+	}
+	_, err := layer.Dial(p.addr(), 5*time.Second)
+	must.ErrorIs(t, err, errRaftLayerClosed)
+	must.False(t, layer.linked(p.addr()))
+	must.NotNil(t, dialed)
+	_, err = dialed.Write([]byte{structs.RPCRaft})
+	must.ErrorIs(t, err, net.ErrClosed, must.Sprint("the connection dialed during Close was left open"))
 }
