@@ -113,14 +113,22 @@ func waitPeerClosed(t *testing.T, c *raftConn) {
 		must.Sprint("the peer's close never reached the socket"))
 }
 
-func TestRaftConn_RedialsAConnectionThePeerClosed(t *testing.T) {
+// answeredConn dials a plain echo peer through a raft layer and makes one
+// request on the connection.
+func answeredConn(t *testing.T) (*echoPeer, *raftLayer, *raftConn) {
+	t.Helper()
 	p := newEchoPeer(t, nil)
 	layer := newRaftLayer(p.ln.Addr(), "", nil)
 	nc, err := layer.Dial(p.addr(), 5*time.Second)
 	must.NoError(t, err)
-	defer nc.Close()
+	t.Cleanup(func() { nc.Close() })
 	c := nc.(*raftConn)
 	must.NoError(t, roundTrip(c, "first"))
+	return p, layer, c
+}
+
+func TestRaftConn_RedialsAConnectionThePeerClosed(t *testing.T) {
+	p, layer, c := answeredConn(t)
 	must.True(t, layer.linked(p.addr()))
 
 	// The peer restarts: the pooled connection is closed under the
@@ -140,17 +148,11 @@ func TestRaftConn_RedialsAConnectionThePeerClosed(t *testing.T) {
 }
 
 func TestRaftConn_StrayBytesOnAnIdleConnection(t *testing.T) {
-	p := newEchoPeer(t, nil)
-	layer := newRaftLayer(p.ln.Addr(), "", nil)
-	nc, err := layer.Dial(p.addr(), 5*time.Second)
-	must.NoError(t, err)
-	defer nc.Close()
-	c := nc.(*raftConn)
-	must.NoError(t, roundTrip(c, "first"))
+	p, _, c := answeredConn(t)
 
 	// Bytes no request asked for: over plain TCP the stream is out of
 	// step, and the next request must not read them as its answer.
-	_, err = p.nextConn(t).Write([]byte("zzzzz"))
+	_, err := p.nextConn(t).Write([]byte("zzzzz"))
 	must.NoError(t, err)
 	must.Wait(t, wait.InitialSuccess(
 		wait.BoolFunc(func() bool { return lookAt(c.raw) == peerPending }),
@@ -160,20 +162,14 @@ func TestRaftConn_StrayBytesOnAnIdleConnection(t *testing.T) {
 }
 
 func TestRaftConn_NewConnectionKeepsTheDeadlines(t *testing.T) {
-	p := newEchoPeer(t, nil)
-	layer := newRaftLayer(p.ln.Addr(), "", nil)
-	nc, err := layer.Dial(p.addr(), 5*time.Second)
-	must.NoError(t, err)
-	defer nc.Close()
-	c := nc.(*raftConn)
-	must.NoError(t, roundTrip(c, "first"))
+	p, _, c := answeredConn(t)
 	p.nextConn(t).Close()
 	waitPeerClosed(t, c)
 
 	// The transport sets the request's deadline before it writes; the
 	// connection dialed for that write must keep to it.
 	must.NoError(t, c.SetDeadline(time.Now().Add(-time.Second)))
-	_, err = c.Write([]byte("late"))
+	_, err := c.Write([]byte("late"))
 	must.ErrorIs(t, err, os.ErrDeadlineExceeded)
 	must.Eq(t, 1, c.redials.Load())
 }
@@ -215,17 +211,12 @@ func TestRaftConn_TLSPeerThatClosedCleanly(t *testing.T) {
 // An idle connection's last deadline has passed (the transport never
 // clears it): it is still a live link.
 func TestRaftConn_IdlePastItsDeadlineIsLive(t *testing.T) {
-	p := newEchoPeer(t, nil)
-	layer := newRaftLayer(p.ln.Addr(), "", nil)
-	nc, err := layer.Dial(p.addr(), 5*time.Second)
-	must.NoError(t, err)
-	defer nc.Close()
-	must.NoError(t, roundTrip(nc, "first"))
+	p, layer, nc := answeredConn(t)
 	must.NoError(t, nc.SetDeadline(time.Now().Add(-time.Second)))
 	must.True(t, layer.linked(p.addr()))
 	must.NoError(t, nc.SetDeadline(time.Time{}))
 	must.NoError(t, roundTrip(nc, "second"))
-	must.Eq(t, 0, nc.(*raftConn).redials.Load())
+	must.Eq(t, 0, nc.redials.Load())
 }
 
 func TestRaftLayer_NoConnectionKeptAfterClose(t *testing.T) {

@@ -28,6 +28,16 @@ func open(t *testing.T, dir string) *Store {
 	return s
 }
 
+// reopen loads the store in dir again, as a restarted server would.
+func reopen(t *testing.T, dir string) (*Store, types.PersistentState) {
+	t.Helper()
+	r := &Store{}
+	st, err := r.Load(dir)
+	must.NoError(t, err)
+	t.Cleanup(func() { r.Close() })
+	return r, st
+}
+
 func someState(n uint64) types.PersistentState {
 	return types.PersistentState{NextSegmentID: n, Segments: []types.SegmentInfo{{
 		ID: n - 1, BaseIndex: 1, MinIndex: 1, Codec: 1, CreateTime: time.Unix(1700000000, 0).UTC(), SizeLimit: 64 << 20,
@@ -56,10 +66,7 @@ func TestStore_WritesSurviveReopen(t *testing.T) {
 	must.NoError(t, s.CommitState(someState(3)))
 	must.NoError(t, s.Close())
 
-	r := &Store{}
-	st, err := r.Load(dir)
-	must.NoError(t, err)
-	defer r.Close()
+	r, st := reopen(t, dir)
 	must.Eq(t, someState(3), st)
 	v, err := r.GetStable([]byte("CurrentTerm"))
 	must.NoError(t, err)
@@ -469,12 +476,20 @@ func onDisk(t *testing.T, dir string) map[string][]byte {
 	return newest.rec.Stable
 }
 
-func TestStore_VoteIsWrittenAsOnePair(t *testing.T) {
-	dir := t.TempDir()
+var term, cand = []byte(VoteTermKey), []byte(VoteCandidateKey)
+
+// votedFor4 opens a store in dir that holds a vote for server-a in term 4.
+func votedFor4(t *testing.T, dir string) *Store {
+	t.Helper()
 	s := open(t, dir)
-	term, cand := []byte(VoteTermKey), []byte(VoteCandidateKey)
 	must.NoError(t, s.SetStable(term, []byte{4}))
 	must.NoError(t, s.SetStable(cand, []byte("server-a")))
+	return s
+}
+
+func TestStore_VoteIsWrittenAsOnePair(t *testing.T) {
+	dir := t.TempDir()
+	s := votedFor4(t, dir)
 	seq := s.seq
 
 	// The next vote's term is read back at once but not yet written...
@@ -504,10 +519,7 @@ func TestStore_VoteIsWrittenAsOnePair(t *testing.T) {
 }
 
 func TestStore_FailedVoteDropsTheHeldTerm(t *testing.T) {
-	s := open(t, t.TempDir())
-	term, cand := []byte(VoteTermKey), []byte(VoteCandidateKey)
-	must.NoError(t, s.SetStable(term, []byte{4}))
-	must.NoError(t, s.SetStable(cand, []byte("server-a")))
+	s := votedFor4(t, t.TempDir())
 	must.NoError(t, s.SetStable(term, []byte{5}))
 	s.files[1-s.newest].Close()
 	must.Error(t, s.SetStable(cand, []byte("server-a")))
@@ -522,10 +534,7 @@ func TestStore_FailedVoteDropsTheHeldTerm(t *testing.T) {
 
 func TestStore_LogStateBetweenTheHalvesOfAVote(t *testing.T) {
 	dir := t.TempDir()
-	s := open(t, dir)
-	term, cand := []byte(VoteTermKey), []byte(VoteCandidateKey)
-	must.NoError(t, s.SetStable(term, []byte{4}))
-	must.NoError(t, s.SetStable(cand, []byte("server-a")))
+	s := votedFor4(t, dir)
 	must.NoError(t, s.SetStable(term, []byte{5}))
 	// raft-wal commits its segment list from its own goroutines, which
 	// may land between the two halves of a vote: not with the new term.
@@ -545,10 +554,7 @@ func TestStore_LogStateBetweenTheHalvesOfAVote(t *testing.T) {
 	must.Eq(t, []byte{5}, disk[VoteTermKey])
 	must.Eq(t, []byte("server-b"), disk[VoteCandidateKey])
 	must.NoError(t, s.Close())
-	r := &Store{}
-	st, err := r.Load(dir)
-	must.NoError(t, err)
-	defer r.Close()
+	_, st := reopen(t, dir)
 	must.Eq(t, someState(3), st)
 }
 
