@@ -115,7 +115,14 @@ func (c *raftConn) closedByPeer() bool {
 	c.mu.Lock()
 	raw, closed := c.raw, c.closed
 	c.mu.Unlock()
-	return closed || lookAt(raw) == peerClosed
+	if closed {
+		return true
+	}
+	gone := false
+	if !onSocket(raw, func(fd uintptr) { gone = peerHasClosed(fd) }) {
+		return true
+	}
+	return gone
 }
 
 func (c *raftConn) Read(b []byte) (int, error) {
@@ -180,20 +187,28 @@ func (c *raftConn) SetWriteDeadline(t time.Time) error {
 }
 
 // lookAt tells, without reading anything, whether raw's peer has closed
-// it or bytes wait on it. It neither waits for a Read under way nor minds
-// the deadlines. A socket it cannot look at counts as open.
+// it or bytes wait on it: one non-blocking peek, which is all a request
+// needs, since it redials on either. A socket it cannot look at counts as
+// open.
 func lookAt(raw net.Conn) peerState {
-	sc, ok := raw.(syscall.Conn)
-	if !ok {
-		return peerOpen
-	}
-	rc, err := sc.SyscallConn()
-	if err != nil {
-		return peerOpen
-	}
 	state := peerOpen
-	if err := rc.Control(func(fd uintptr) { state = socketState(fd) }); err != nil {
+	if !onSocket(raw, func(fd uintptr) { state = peek(fd) }) {
 		return peerClosed
 	}
 	return state
+}
+
+// onSocket runs f on raw's descriptor, neither waiting for a Read under way
+// nor minding the deadlines. It reports false if the socket is closed; a
+// connection with no socket to look at (f not run) reports true.
+func onSocket(raw net.Conn, f func(fd uintptr)) bool {
+	sc, ok := raw.(syscall.Conn)
+	if !ok {
+		return true
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return true
+	}
+	return rc.Control(f) == nil
 }

@@ -2,6 +2,6 @@
 
 package nomad
 
-// socketState peeks: a peer that closed after sending bytes shows only
+// peerHasClosed peeks: a peer that closed after sending bytes shows only
 // the bytes.
-func socketState(fd uintptr) peerState { return peek(fd) }
+func peerHasClosed(fd uintptr) bool { return peek(fd) == peerClosed }

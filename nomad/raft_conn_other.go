@@ -2,7 +2,8 @@
 
 package nomad
 
-// socketState cannot look at a socket here: every connection counts as
-// open, and a request on one its peer closed fails as it would without
-// raftConn.
-func socketState(uintptr) peerState { return peerOpen }
+// A socket cannot be looked at here: every connection counts as open, and
+// a request on one its peer closed fails as it would without raftConn.
+func peek(uintptr) peerState { return peerOpen }
+
+func peerHasClosed(uintptr) bool { return false }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	"github.com/roamhq/roam/internal/tlsutil"
 	"github.com/roamhq/roam/internal/tlsutil/tlstest"
 	"github.com/roamhq/roam/structs"
 	"github.com/shoenig/test/must"
@@ -113,12 +114,20 @@ func waitPeerClosed(t *testing.T, c *raftConn) {
 		must.Sprint("the peer's close never reached the socket"))
 }
 
-// answeredConn dials a plain echo peer through a raft layer and makes one
-// request on the connection.
-func answeredConn(t *testing.T) (*echoPeer, *raftLayer, *raftConn) {
+// answeredConn dials an echo peer through a raft layer, over TLS when
+// certs is set, and makes one request on the connection.
+func answeredConn(t *testing.T, certs *tlstest.Files) (*echoPeer, *raftLayer, *raftConn) {
 	t.Helper()
-	p := newEchoPeer(t, nil)
-	layer := newRaftLayer(p.ln.Addr(), "", nil)
+	var (
+		peerTLS *tls.Config
+		conf    *tlsutil.Configurator
+	)
+	if certs != nil {
+		conf = certs.Configurator(t, certs.Server, false)
+		peerTLS = conf.IncomingRPCConfig()
+	}
+	p := newEchoPeer(t, peerTLS)
+	layer := newRaftLayer(p.ln.Addr(), "", conf)
 	nc, err := layer.Dial(p.addr(), 5*time.Second)
 	must.NoError(t, err)
 	t.Cleanup(func() { nc.Close() })
@@ -128,7 +137,7 @@ func answeredConn(t *testing.T) (*echoPeer, *raftLayer, *raftConn) {
 }
 
 func TestRaftConn_RedialsAConnectionThePeerClosed(t *testing.T) {
-	p, layer, c := answeredConn(t)
+	p, layer, c := answeredConn(t, nil)
 	must.True(t, layer.linked(p.addr()))
 
 	// The peer restarts: the pooled connection is closed under the
@@ -148,7 +157,7 @@ func TestRaftConn_RedialsAConnectionThePeerClosed(t *testing.T) {
 }
 
 func TestRaftConn_StrayBytesOnAnIdleConnection(t *testing.T) {
-	p, _, c := answeredConn(t)
+	p, _, c := answeredConn(t, nil)
 
 	// Bytes no request asked for: over plain TCP the stream is out of
 	// step, and the next request must not read them as its answer.
@@ -162,7 +171,7 @@ func TestRaftConn_StrayBytesOnAnIdleConnection(t *testing.T) {
 }
 
 func TestRaftConn_NewConnectionKeepsTheDeadlines(t *testing.T) {
-	p, _, c := answeredConn(t)
+	p, _, c := answeredConn(t, nil)
 	p.nextConn(t).Close()
 	waitPeerClosed(t, c)
 
@@ -191,14 +200,7 @@ func TestRaftConn_ClosedConnectionIsForgotten(t *testing.T) {
 // front of the close, and still the next request goes out on a new
 // connection.
 func TestRaftConn_TLSPeerThatClosedCleanly(t *testing.T) {
-	certs := tlstest.Write(t, structs.DefaultRegion)
-	p := newEchoPeer(t, certs.Configurator(t, certs.Server, false).IncomingRPCConfig())
-	layer := newRaftLayer(p.ln.Addr(), "", certs.Configurator(t, certs.Server, false))
-	nc, err := layer.Dial(p.addr(), 5*time.Second)
-	must.NoError(t, err)
-	defer nc.Close()
-	c := nc.(*raftConn)
-	must.NoError(t, roundTrip(c, "first"))
+	p, _, c := answeredConn(t, tlstest.Write(t, structs.DefaultRegion))
 	must.NoError(t, roundTrip(c, "second"))
 	must.Eq(t, 0, c.redials.Load(), must.Sprint("a live TLS connection was replaced"))
 
@@ -211,7 +213,7 @@ func TestRaftConn_TLSPeerThatClosedCleanly(t *testing.T) {
 // An idle connection's last deadline has passed (the transport never
 // clears it): it is still a live link.
 func TestRaftConn_IdlePastItsDeadlineIsLive(t *testing.T) {
-	p, layer, nc := answeredConn(t)
+	p, layer, nc := answeredConn(t, nil)
 	must.NoError(t, nc.SetDeadline(time.Now().Add(-time.Second)))
 	must.True(t, layer.linked(p.addr()))
 	must.NoError(t, nc.SetDeadline(time.Time{}))
