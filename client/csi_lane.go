@@ -42,6 +42,7 @@ type csiLaneCall struct {
 	ctx     context.Context
 	timeout time.Duration
 	fn      func(context.Context) error
+	queued  time.Time
 	state   atomic.Int32
 	done    chan error // capacity 1
 }
@@ -60,7 +61,7 @@ func newCSILane(logger hclog.Logger) *csiLane {
 // completion and do returns an error wrapping ErrCSIUnavailable (the
 // caller does not learn the outcome) and ctx's error.
 func (l *csiLane) do(ctx context.Context, method string, timeout time.Duration, fn func(context.Context) error) error {
-	c := &csiLaneCall{method: method, ctx: ctx, timeout: timeout, fn: fn, done: make(chan error, 1)}
+	c := &csiLaneCall{method: method, ctx: ctx, timeout: timeout, fn: fn, queued: time.Now(), done: make(chan error, 1)}
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()
@@ -106,6 +107,7 @@ func (l *csiLane) run(ctx context.Context) {
 			}
 			callCtx, cancel := context.WithTimeout(context.WithoutCancel(c.ctx), c.timeout)
 			start := time.Now()
+			l.logger.Debug("controller call started", "method", c.method, "queued", start.Sub(c.queued))
 			err := c.fn(callCtx)
 			cancel()
 			if err != nil {

@@ -355,6 +355,7 @@ func (c *ClientRPC) Forward(args *structs.ClientRPCForwardRequest, reply *struct
 	}
 	ctx, cancel := context.WithTimeout(srv.shutdownCtx, timeout)
 	defer cancel()
+	srv.logger.Debug("relaying a call to a client", "node_id", args.NodeID, "method", args.Method)
 	var out codec.Raw
 	if err := callNodeSession(ctx, session, args.NodeID, args.Method, codec.Raw(args.Args), &out); err != nil {
 		return err

@@ -493,7 +493,12 @@ func (s *Server) onController(ctx context.Context, pluginID, op string, call fun
 			if err := s.recordFence(pluginID, n.ID); err != nil {
 				return err
 			}
-			return call(ctx, n)
+			start := time.Now()
+			s.logger.Debug("controller call", "plugin_id", pluginID, "op", op, "node_id", n.ID)
+			err := call(ctx, n)
+			s.logger.Debug("controller call returned", "plugin_id", pluginID, "op", op, "node_id", n.ID,
+				"duration", time.Since(start), "error", err)
+			return err
 		})
 		if node != nil {
 			lanes.markIdle(pluginID, node.ID)
