@@ -240,8 +240,18 @@ func (ar *allocRunner) lookupTask(name string) *taskRunner {
 func (ar *allocRunner) run(ctx context.Context) {
 	defer close(ar.doneCh)
 
+	// An allocation restored after a client restart may have been stopped
+	// by the servers before the restart, its kill cut short: the servers
+	// will not say so again (nothing changed on their side), so the stop
+	// read back from the state DB is carried out now. A task still running
+	// is re-attached and killed; one that is not is never started, and its
+	// volumes are not claimed again.
+	stopped := ar.stopWanted()
+	if stopped {
+		ar.stop("stopped by server")
+	}
 	err := ar.setupErr
-	if err == nil {
+	if err == nil && (!stopped || ar.restoredRunning()) {
 		err = ar.prepare(ctx)
 	}
 	if err != nil {
@@ -414,6 +424,16 @@ func (ar *allocRunner) update(alloc *structs.Allocation) {
 	if alloc.DesiredStatus == structs.AllocDesiredStatusStop || alloc.DesiredStatus == structs.AllocDesiredStatusEvict {
 		ar.stop("stopped by server")
 	}
+}
+
+// stopWanted says whether the servers want the allocation stopped, as last
+// received.
+func (ar *allocRunner) stopWanted() bool {
+	switch ar.Alloc().DesiredStatus {
+	case structs.AllocDesiredStatusStop, structs.AllocDesiredStatusEvict:
+		return true
+	}
+	return false
 }
 
 // stop kills every task without waiting.

@@ -537,6 +537,7 @@ func TestAllocRunner_VolumesWithoutHookFail(t *testing.T) {
 type fakeVolumes struct {
 	dir       string
 	mu        sync.Mutex
+	mounted   []string // by Mount, not Remount
 	unmounted []string
 	remounted []string
 	// remountErr, when set, is what Remount returns.
@@ -544,6 +545,13 @@ type fakeVolumes struct {
 }
 
 func (f *fakeVolumes) Mount(_ context.Context, alloc *structs.Allocation, vols map[string]*structs.VolumeRequest) (map[string]string, error) {
+	f.mu.Lock()
+	f.mounted = append(f.mounted, alloc.ID)
+	f.mu.Unlock()
+	return f.dirs(alloc, vols)
+}
+
+func (f *fakeVolumes) dirs(alloc *structs.Allocation, vols map[string]*structs.VolumeRequest) (map[string]string, error) {
 	out := make(map[string]string)
 	for name := range vols {
 		p := filepath.Join(f.dir, alloc.ID, name)
@@ -563,7 +571,14 @@ func (f *fakeVolumes) Remount(ctx context.Context, alloc *structs.Allocation, vo
 	if err != nil {
 		return nil, err
 	}
-	return f.Mount(ctx, alloc, vols)
+	return f.dirs(alloc, vols)
+}
+
+// calls returns a copy of one of f's call records.
+func (f *fakeVolumes) calls(which *[]string) []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(*which)
 }
 
 func (f *fakeVolumes) Unmount(_ context.Context, alloc *structs.Allocation) error {
@@ -762,4 +777,103 @@ func TestAllocRunner_RestoredAllocRemountsVolumes(t *testing.T) {
 	srv.stop(alloc.ID)
 	waitStatus(t, srv, alloc.ID, structs.AllocClientStatusComplete)
 	must.False(t, processAlive(pid))
+}
+
+// stubbornTask ignores SIGINT and SIGTERM, so that a kill takes its whole kill timeout;
+// it counts its starts in $ROAM_ALLOC_DIR/starts.
+func stubbornTask(name string, killTimeout time.Duration) *structs.Task {
+	task := shTask(name, `trap '' INT TERM; echo start >> "$ROAM_ALLOC_DIR/starts"; echo $$ > "$ROAM_ALLOC_DIR/pid"; while :; do sleep 0.05; done`)
+	task.KillTimeout = killTimeout
+	task.VolumeMounts = []*structs.VolumeMount{{Volume: "data", Destination: "srv/data"}}
+	return task
+}
+
+// A client that dies while it is killing a stopped allocation's task (the
+// task has not yet exited) must, once back, re-attach to that task and
+// finish the kill: the servers will not say stop again, since nothing
+// changed on their side. Starting it again instead would leave two copies
+// writing to one volume, the first never killed.
+func TestAllocRunner_StopCutShortByClientRestart(t *testing.T) {
+	dataDir := t.TempDir()
+	srv := newFakeServer(uuid.NewString())
+	hook := &fakeVolumes{dir: t.TempDir()}
+	m1 := startTestManager(t, srv, dataDir, hook)
+
+	alloc := testAlloc(srv.nodeID, structs.JobTypeService, noRestarts, stubbornTask("writer", 3*time.Second))
+	alloc.Job.TaskGroups[0].Volumes = map[string]*structs.VolumeRequest{"data": {Name: "data", Type: "csi", Source: "vol1"}}
+	sharedDir := filepath.Join(dataDir, "alloc", alloc.ID, "alloc")
+	killOnCleanup(t, filepath.Join(sharedDir, "pid"))
+	srv.upsert(alloc)
+	waitStatus(t, srv, alloc.ID, structs.AllocClientStatusRunning)
+	pid, err := strconv.Atoi(strings.TrimSpace(waitFile(t, filepath.Join(sharedDir, "pid"))))
+	must.NoError(t, err)
+
+	// The servers stop it; the client has sent the kill signal, which the task
+	// ignores, and dies before the kill timeout.
+	srv.stop(alloc.ID)
+	must.Wait(t, wait.InitialSuccess(
+		wait.BoolFunc(func() bool {
+			return countEvents(m1.getRunner(alloc.ID).lookupTask("writer").taskState(), structs.TaskEventKilling) == 1
+		}),
+		wait.Timeout(10*time.Second), wait.Gap(10*time.Millisecond),
+	))
+	m1.stop()
+	must.True(t, processAlive(pid), must.Sprint("the task ignores its kill signal; only the client's SIGKILL ends it"))
+
+	startTestManager(t, srv, dataDir, hook)
+	got := waitStatus(t, srv, alloc.ID, structs.AllocClientStatusComplete)
+	must.False(t, processAlive(pid), must.Sprint("the first copy was never killed"))
+	must.Eq(t, "start\n", waitFile(t, filepath.Join(sharedDir, "starts")),
+		must.Sprintf("the task was started again: %s", describeTasks(got.TaskStates)))
+	must.Eq(t, []string{alloc.ID}, hook.calls(&hook.mounted), must.Sprint("a stopped allocation claimed its volumes again"))
+	must.Eq(t, []string{alloc.ID}, hook.calls(&hook.remounted))
+}
+
+// A restored allocation that the servers stopped before the restart, and
+// whose task is no longer running, is neither started nor mounted again:
+// its volumes are only released.
+func TestAllocRunner_RestoredStoppedAllocNotStarted(t *testing.T) {
+	dataDir := t.TempDir()
+	srv := newFakeServer(uuid.NewString())
+	hook := &fakeVolumes{dir: t.TempDir()}
+	m1 := startTestManager(t, srv, dataDir, hook)
+
+	alloc := testAlloc(srv.nodeID, structs.JobTypeService, noRestarts, stubbornTask("writer", time.Second))
+	alloc.Job.TaskGroups[0].Volumes = map[string]*structs.VolumeRequest{"data": {Name: "data", Type: "csi", Source: "vol1"}}
+	sharedDir := filepath.Join(dataDir, "alloc", alloc.ID, "alloc")
+	killOnCleanup(t, filepath.Join(sharedDir, "pid"))
+	srv.upsert(alloc)
+	waitStatus(t, srv, alloc.ID, structs.AllocClientStatusRunning)
+	pid, err := strconv.Atoi(strings.TrimSpace(waitFile(t, filepath.Join(sharedDir, "pid"))))
+	must.NoError(t, err)
+	m1.stop()
+
+	// While the client is down, its task ends, and the servers stop the
+	// allocation; the client's state DB is made to hold that stop (as if
+	// the client had received it before going down) with no handle, so
+	// that the servers' unchanged answer is all the client hears.
+	must.NoError(t, syscall.Kill(pid, syscall.SIGKILL))
+	must.Wait(t, wait.InitialSuccess(
+		wait.BoolFunc(func() bool { return !processAlive(pid) }),
+		wait.Timeout(10*time.Second), wait.Gap(10*time.Millisecond),
+	))
+	srv.stop(alloc.ID)
+	db, err := openStateDB(dataDir)
+	must.NoError(t, err)
+	must.NoError(t, db.putAlloc(srv.alloc(alloc.ID)))
+	restored, errs := db.loadAllocs()
+	must.SliceEmpty(t, errs)
+	must.Len(t, 1, restored)
+	must.NoError(t, db.putTask(alloc.ID, "writer", restored[0].Tasks["writer"], nil))
+	must.NoError(t, db.close())
+
+	startTestManager(t, srv, dataDir, hook)
+	got := waitStatus(t, srv, alloc.ID, structs.AllocClientStatusComplete)
+	must.Eq(t, "start\n", waitFile(t, filepath.Join(sharedDir, "starts")),
+		must.Sprintf("the stopped allocation's task was started again: %s", describeTasks(got.TaskStates)))
+	must.Eq(t, []string{alloc.ID}, hook.calls(&hook.mounted), must.Sprint("a stopped allocation claimed its volumes again"))
+	must.Wait(t, wait.InitialSuccess(
+		wait.BoolFunc(func() bool { return slices.Equal(hook.calls(&hook.unmounted), []string{alloc.ID}) }),
+		wait.Timeout(10*time.Second), wait.Gap(10*time.Millisecond),
+	))
 }

@@ -345,7 +345,11 @@ func (tr *taskRunner) wait(ctx context.Context, h *rawexec.Handle) (res *rawexec
 		killed = true
 		ev := newEvent(structs.TaskEventKilling, fmt.Sprintf("sent %s, SIGKILL after %s: %s",
 			orDefault(tr.task.KillSignal, rawexec.DefaultKillSignal), tr.killTimeout(), tr.reason()))
-		tr.update(nil, func(st *structs.TaskState) { addEvent(st, ev) })
+		// The handle stays recorded until the task is dead: a client that
+		// dies while the task takes its kill timeout must re-attach to it
+		// when it comes back, not start a second copy beside it.
+		hs := h.State()
+		tr.update(&hs, func(st *structs.TaskState) { addEvent(st, ev) })
 		if err := h.Kill(ctx, tr.task.KillSignal, tr.task.KillTimeout); err != nil {
 			tr.logger.Warn("kill failed", "error", err)
 		}
