@@ -41,7 +41,7 @@ func (e *ClientCSI) controllerAttachVolume(ctx context.Context, args *structs.Cl
 		Secrets:          args.Secrets,
 		VolumeContext:    args.VolumeContext,
 	}
-	return e.mgr.controllerCall(ctx, args.PluginID, "ControllerPublishVolume", func(ctx context.Context, p *csiPluginClient) error {
+	return e.mgr.controllerCall(ctx, args.PluginID, "ControllerPublishVolume", args.LeaderTerm, func(ctx context.Context, p *csiPluginClient) error {
 		resp, err := p.ControllerPublishVolume(ctx, req)
 		if err != nil {
 			return err
@@ -62,7 +62,7 @@ func (e *ClientCSI) controllerDetachVolume(ctx context.Context, args *structs.Cl
 		return fmt.Errorf("%w: volume ID is required", structs.ErrCSIInvalidArgument)
 	}
 	req := &csi.ControllerUnpublishVolumeRequest{VolumeId: args.VolumeID, NodeId: args.ClientCSINodeID, Secrets: args.Secrets}
-	return e.mgr.controllerCall(ctx, args.PluginID, "ControllerUnpublishVolume", func(ctx context.Context, p *csiPluginClient) error {
+	return e.mgr.controllerCall(ctx, args.PluginID, "ControllerUnpublishVolume", args.LeaderTerm, func(ctx context.Context, p *csiPluginClient) error {
 		_, err := p.ControllerUnpublishVolume(ctx, req)
 		if errors.Is(err, structs.ErrCSINotFound) {
 			// The spec's NOT_FOUND here means the volume or node is gone:
@@ -111,7 +111,7 @@ func (e *ClientCSI) controllerCreateVolume(ctx context.Context, args *structs.Cl
 			req.AccessibilityRequirements.Preferred = append(req.AccessibilityRequirements.Preferred, &csi.Topology{Segments: x.Segments})
 		}
 	}
-	return e.mgr.controllerCall(ctx, args.PluginID, "CreateVolume", func(ctx context.Context, p *csiPluginClient) error {
+	return e.mgr.controllerCall(ctx, args.PluginID, "CreateVolume", args.LeaderTerm, func(ctx context.Context, p *csiPluginClient) error {
 		resp, err := p.CreateVolume(ctx, req)
 		if err != nil {
 			return err
@@ -136,7 +136,7 @@ func (e *ClientCSI) ControllerDeleteVolume(args *structs.ClientCSIControllerDele
 
 func (e *ClientCSI) controllerDeleteVolume(ctx context.Context, args *structs.ClientCSIControllerDeleteVolumeRequest, _ *structs.ClientCSIControllerDeleteVolumeResponse) error {
 	req := &csi.DeleteVolumeRequest{VolumeId: args.ExternalVolumeID, Secrets: args.Secrets}
-	return e.mgr.controllerCall(ctx, args.PluginID, "DeleteVolume", func(ctx context.Context, p *csiPluginClient) error {
+	return e.mgr.controllerCall(ctx, args.PluginID, "DeleteVolume", args.LeaderTerm, func(ctx context.Context, p *csiPluginClient) error {
 		_, err := p.DeleteVolume(ctx, req)
 		if errors.Is(err, structs.ErrCSINotFound) {
 			return nil
@@ -163,7 +163,7 @@ func (e *ClientCSI) controllerValidateVolume(ctx context.Context, args *structs.
 		VolumeContext:      args.Context,
 		Secrets:            args.Secrets,
 	}
-	return e.mgr.controllerCall(ctx, args.PluginID, "ValidateVolumeCapabilities", func(ctx context.Context, p *csiPluginClient) error {
+	return e.mgr.controllerCall(ctx, args.PluginID, "ValidateVolumeCapabilities", args.LeaderTerm, func(ctx context.Context, p *csiPluginClient) error {
 		resp, err := p.ValidateVolumeCapabilities(ctx, req)
 		if err != nil {
 			return err
@@ -187,7 +187,7 @@ func (e *ClientCSI) controllerCreateSnapshot(ctx context.Context, args *structs.
 		Parameters:     args.Parameters,
 		Secrets:        args.Secrets,
 	}
-	return e.mgr.controllerCall(ctx, args.PluginID, "CreateSnapshot", func(ctx context.Context, p *csiPluginClient) error {
+	return e.mgr.controllerCall(ctx, args.PluginID, "CreateSnapshot", args.LeaderTerm, func(ctx context.Context, p *csiPluginClient) error {
 		resp, err := p.CreateSnapshot(ctx, req)
 		if err != nil {
 			return err
@@ -205,7 +205,7 @@ func (e *ClientCSI) ControllerDeleteSnapshot(args *structs.ClientCSIControllerDe
 
 func (e *ClientCSI) controllerDeleteSnapshot(ctx context.Context, args *structs.ClientCSIControllerDeleteSnapshotRequest, _ *structs.ClientCSIControllerDeleteSnapshotResponse) error {
 	req := &csi.DeleteSnapshotRequest{SnapshotId: args.ID, Secrets: args.Secrets}
-	return e.mgr.controllerCall(ctx, args.PluginID, "DeleteSnapshot", func(ctx context.Context, p *csiPluginClient) error {
+	return e.mgr.controllerCall(ctx, args.PluginID, "DeleteSnapshot", args.LeaderTerm, func(ctx context.Context, p *csiPluginClient) error {
 		_, err := p.DeleteSnapshot(ctx, req)
 		if errors.Is(err, structs.ErrCSINotFound) {
 			return nil
@@ -223,7 +223,7 @@ func (e *ClientCSI) controllerListSnapshots(ctx context.Context, args *structs.C
 	req := &csi.ListSnapshotsRequest{MaxEntries: args.MaxEntries, StartingToken: args.StartingToken, Secrets: args.Secrets}
 	// Reads use the lane too: a listing should not interleave with a create
 	// or delete the plugin is still working on.
-	return e.mgr.controllerCall(ctx, args.PluginID, "ListSnapshots", func(ctx context.Context, p *csiPluginClient) error {
+	return e.mgr.controllerCall(ctx, args.PluginID, "ListSnapshots", args.LeaderTerm, func(ctx context.Context, p *csiPluginClient) error {
 		resp, err := p.ListSnapshots(ctx, req)
 		if err != nil {
 			return err

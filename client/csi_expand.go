@@ -35,7 +35,7 @@ func (e *ClientCSI) controllerExpandVolume(ctx context.Context, args *structs.Cl
 		}
 		req.VolumeCapability = vc
 	}
-	return e.mgr.controllerCall(ctx, args.PluginID, "ControllerExpandVolume", func(ctx context.Context, p *csiPluginClient) error {
+	return e.mgr.controllerCall(ctx, args.PluginID, "ControllerExpandVolume", args.LeaderTerm, func(ctx context.Context, p *csiPluginClient) error {
 		resp, err := p.ControllerExpandVolume(ctx, req)
 		if err != nil {
 			return err

@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -46,6 +47,10 @@ type csiManager struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+
+	// leaderTerm is the highest leader term seen on a controller call (see
+	// admitTerm).
+	leaderTerm atomic.Uint64
 
 	// mu guards plugins and closed.
 	mu      sync.Mutex
@@ -210,12 +215,22 @@ func (m *csiManager) nodePlugin(id string) (*csiManagedPlugin, error) {
 // and bounded by ControllerCallTimeout. A caller that gives up gets its
 // context's error, while a call already started finishes on the client
 // before the next one for the plugin starts.
-func (m *csiManager) controllerCall(ctx context.Context, pluginID, method string, fn func(context.Context, *csiPluginClient) error) error {
+//
+// term is the sending leader's (structs.CSIControllerQuery.LeaderTerm): a
+// call from a term below the highest seen is refused, when it arrives and
+// again when its turn comes (see admitTerm).
+func (m *csiManager) controllerCall(ctx context.Context, pluginID, method string, term uint64, fn func(context.Context, *csiPluginClient) error) error {
 	p, err := m.controllerPlugin(pluginID)
 	if err != nil {
 		return err
 	}
+	if err := m.admitTerm(method, term); err != nil {
+		return err
+	}
 	return p.lane.do(ctx, method, m.cfg.ControllerCallTimeout, func(ctx context.Context) error {
+		if err := m.admitTerm(method, term); err != nil {
+			return err
+		}
 		// A plugin that has stopped (its task is going, and the servers
 		// have not heard yet) is reported as absent, not as an answer: the
 		// call never reached it, so the servers may try the next
@@ -229,6 +244,38 @@ func (m *csiManager) controllerCall(ctx context.Context, pluginID, method string
 		}
 		return err
 	})
+}
+
+// admitTerm checks a controller call's leader term against the highest one
+// this client has seen (on a call, or in a heartbeat answer), and raises
+// that to term. Once a leader's call or answer has reached this client,
+// every earlier leader is deposed: a call of theirs
+// that arrives now was held on the way, and the new leader, having had its
+// own call answered here, may already be calling another node's
+// controller for the plugin. Running it could put two destructive calls at
+// the provider at once, so it is refused, unrun. A call without a term
+// (zero: a read from outside a leader's lane) is not checked.
+func (m *csiManager) admitTerm(method string, term uint64) error {
+	if term == 0 {
+		return nil
+	}
+	m.learnTerm(term)
+	if seen := m.leaderTerm.Load(); term < seen {
+		return fmt.Errorf("%w: csi %s sent in leader term %d, but this client has heard from term %d; not run",
+			structs.ErrStaleLeaderTerm, method, term, seen)
+	}
+	return nil
+}
+
+// learnTerm raises the highest leader term seen to term, from a heartbeat
+// answer: controller calls of earlier terms are refused from now on.
+func (m *csiManager) learnTerm(term uint64) {
+	for {
+		seen := m.leaderTerm.Load()
+		if term <= seen || m.leaderTerm.CompareAndSwap(seen, term) {
+			return
+		}
+	}
 }
 
 // Infos returns copies of the controller and node fingerprints by plugin

@@ -658,3 +658,100 @@ func TestCSIVolumes_FailedPublishUnstagesBeforeRelease(t *testing.T) {
 	must.Eq(t, int64(1), released.Load())
 	must.False(t, stagedAtRelease, must.Sprint("released while the volume was still staged on the node"))
 }
+
+// A controller call from a leader term below one the client has seen is
+// refused unrun, whether it arrives late or was queued in the lane when the
+// newer term's call arrived; calls without a term (reads from outside a
+// leader's lane) are not checked.
+func TestClientCSI_StaleLeaderTermRefused(t *testing.T) {
+	dir := t.TempDir()
+	p := testHostpath(t, hostpath.ModeMonolith, "node-t", dir, func(c *hostpath.Config) {
+		c.PublishLatency = 300 * time.Millisecond
+	})
+	m := testCSIManager(t, nil)
+	addPlugin(t, m, "hp", CSIPluginTypeMonolith, p)
+	ep := &ClientCSI{mgr: m}
+	vols := make(map[string]string)
+	for _, name := range []string{"a", "b", "c", "d", "e"} {
+		vols[name] = createVolume(t, ep, "hp", "term-"+name)
+	}
+	attach := func(name string, term uint64) chan error {
+		errCh := make(chan error, 1)
+		req := attachRequest("hp", vols[name], "node-t")
+		req.LeaderTerm = term
+		go func() {
+			var resp structs.ClientCSIControllerAttachVolumeResponse
+			errCh <- ep.ControllerAttachVolume(req, &resp)
+		}()
+		return errCh
+	}
+	lane, err := m.controllerPlugin("hp")
+	must.NoError(t, err)
+	queued := func(n int) {
+		must.Wait(t, wait.InitialSuccess(wait.BoolFunc(func() bool {
+			lane.lane.mu.Lock()
+			defer lane.lane.mu.Unlock()
+			return len(lane.lane.queue) == n
+		}), wait.Timeout(5*time.Second), wait.Gap(2*time.Millisecond)))
+	}
+
+	// Term 4's call runs; another of term 4 waits behind it; then term 5's
+	// call arrives and waits behind both.
+	a := attach("a", 4)
+	must.Wait(t, wait.InitialSuccess(wait.BoolFunc(func() bool {
+		calls, err := hostpath.ReadCalls(dir, "node-t")
+		return err == nil && calls["ControllerPublishVolume"] == 1
+	}), wait.Timeout(5*time.Second), wait.Gap(5*time.Millisecond)))
+	b := attach("b", 4)
+	queued(1)
+	c := attach("c", 5)
+	queued(2)
+
+	must.NoError(t, <-a, must.Sprint("a call already running finishes"))
+	err = <-b
+	must.ErrorIs(t, err, structs.ErrStaleLeaderTerm, must.Sprint("term 4's queued call ran after term 5's arrived"))
+	must.True(t, structs.IsRetryable(err))
+	must.NoError(t, <-c)
+
+	// Term 4 again, arriving now: refused at once.
+	err = <-attach("d", 4)
+	must.ErrorIs(t, err, structs.ErrStaleLeaderTerm)
+	must.StrContains(t, err.Error(), "term 4")
+	must.StrContains(t, err.Error(), "term 5")
+	// No term: not checked.
+	must.NoError(t, <-attach("e", 0))
+
+	st := readHostpathState(t, dir)
+	for name, want := range map[string]bool{"a": true, "b": false, "c": true, "d": false, "e": true} {
+		_, attached := st.Nodes["node-t"].Attachments[vols[name]]
+		must.Eq(t, want, attached, must.Sprintf("volume %s", name))
+	}
+	calls, err := hostpath.ReadCalls(dir, "node-t")
+	must.NoError(t, err)
+	must.Eq(t, int64(3), calls["ControllerPublishVolume"])
+}
+
+// A heartbeat answer's leader term counts as seen: a controller call from
+// an earlier term that arrives after it is refused.
+func TestClient_HeartbeatTermRefusesEarlierCalls(t *testing.T) {
+	dir := t.TempDir()
+	p := testHostpath(t, hostpath.ModeMonolith, "node-h", dir, nil)
+	m := testCSIManager(t, nil)
+	addPlugin(t, m, "hp", CSIPluginTypeMonolith, p)
+	c := &Client{csi: m, logger: hclog.NewNullLogger()}
+	ep := &ClientCSI{mgr: m}
+	vol := createVolume(t, ep, "hp", "hb")
+
+	c.noteContact(time.Now(), &structs.NodeUpdateResponse{LeaderTerm: 7})
+	c.noteContact(time.Now(), &structs.NodeUpdateResponse{LeaderTerm: 3}) // an older answer, late: ignored
+	req := attachRequest("hp", vol, "node-h")
+	req.LeaderTerm = 6
+	var resp structs.ClientCSIControllerAttachVolumeResponse
+	must.ErrorIs(t, ep.ControllerAttachVolume(req, &resp), structs.ErrStaleLeaderTerm)
+	calls, err := hostpath.ReadCalls(dir, "node-h")
+	must.NoError(t, err)
+	must.Eq(t, int64(0), calls["ControllerPublishVolume"])
+
+	req.LeaderTerm = 7
+	must.NoError(t, ep.ControllerAttachVolume(req, &resp))
+}

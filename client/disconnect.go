@@ -101,6 +101,9 @@ func (c *Client) noteContact(sent time.Time, resp *structs.NodeUpdateResponse) {
 	if resp.FreeClaimsAfter > 0 {
 		c.freeClaimsAfter = resp.FreeClaimsAfter
 	}
+	if c.csi != nil {
+		c.csi.learnTerm(resp.LeaderTerm)
+	}
 	if c.outageStopped {
 		c.outageStopped = false
 		c.logger.Info("servers reached again; allocations stopped during the outage stay stopped")

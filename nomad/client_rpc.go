@@ -302,6 +302,7 @@ func (s *Server) forwardClientRPC(ctx context.Context, addr, nodeID, method stri
 		NodeIndex:    node.ModifyIndex,
 		WriteRequest: structs.WriteRequest{Region: s.config.Region, AuthToken: node.SecretID},
 	}
+	req.LeaderTerm, _ = ctx.Value(leaderTermKey{}).(uint64)
 	if dl, ok := ctx.Deadline(); ok {
 		req.Timeout = time.Until(dl)
 	}
@@ -348,6 +349,15 @@ func (c *ClientRPC) Forward(args *structs.ClientRPCForwardRequest, reply *struct
 	}
 	if err := srv.nodeRelayAllowed(args); err != nil {
 		return err
+	}
+	// A controller call whose leader's term is behind this server's comes
+	// from a deposed leader, late (this server, just back from a
+	// partition, may be passing on what waited in its buffers): the
+	// current leader may already have sent the plugin's next call to
+	// another node.
+	if term := srv.raft.CurrentTerm(); args.LeaderTerm != 0 && args.LeaderTerm < term {
+		return fmt.Errorf("%w: %s to node %s was sent in term %d; server %s is in term %d; not relayed",
+			structs.ErrStaleLeaderTerm, args.Method, args.NodeID, args.LeaderTerm, srv.advertise, term)
 	}
 	timeout := args.Timeout
 	if timeout <= 0 {

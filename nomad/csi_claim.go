@@ -395,7 +395,7 @@ func (s *Server) controllerPublish(ctx context.Context, vol *structs.CSIVolume, 
 			AttachmentMode: claim.AttachmentMode, AccessMode: claim.AccessMode,
 			ReadOnly: claim.Mode == structs.CSIVolumeClaimRead, MountOptions: vol.MountOptions,
 			Secrets: vol.Secrets, VolumeContext: vol.Context,
-			CSIControllerQuery: structs.CSIControllerQuery{ControllerNodeID: cn.ID},
+			CSIControllerQuery: controllerQuery(ctx, cn),
 		}
 		var resp structs.ClientCSIControllerAttachVolumeResponse
 		if err := s.clientRPC(ctx, cn.ID, "ClientCSI.ControllerAttachVolume", &req, &resp); err != nil {
@@ -420,11 +420,22 @@ func (s *Server) controllerUnpublish(ctx context.Context, vol *structs.CSIVolume
 	return s.onController(ctx, vol.PluginID, "unpublish", func(ctx context.Context, cn *structs.Node) error {
 		req := structs.ClientCSIControllerDetachVolumeRequest{
 			PluginID: vol.PluginID, VolumeID: vol.ExternalID, ClientCSINodeID: claim.ExternalNodeID,
-			Secrets: vol.Secrets, CSIControllerQuery: structs.CSIControllerQuery{ControllerNodeID: cn.ID},
+			Secrets: vol.Secrets, CSIControllerQuery: controllerQuery(ctx, cn),
 		}
 		var resp structs.ClientCSIControllerDetachVolumeResponse
 		return s.clientRPC(ctx, cn.ID, "ClientCSI.ControllerDetachVolume", &req, &resp)
 	})
+}
+
+// leaderTermKey is the context key under which onController passes its
+// lanes' term to the calls it makes.
+type leaderTermKey struct{}
+
+// controllerQuery addresses a controller call to cn, stamped with the term
+// of the lanes it runs in (none outside a lane).
+func controllerQuery(ctx context.Context, cn *structs.Node) structs.CSIControllerQuery {
+	term, _ := ctx.Value(leaderTermKey{}).(uint64)
+	return structs.CSIControllerQuery{ControllerNodeID: cn.ID, LeaderTerm: term}
 }
 
 // applyRecordedFence narrows candidates by pluginID's fence in Raft, unless
@@ -468,6 +479,7 @@ func (s *Server) onController(ctx context.Context, pluginID, op string, call fun
 	if lanes == nil {
 		return fmt.Errorf("%w: not the leader; controller calls run on the leader", structs.ErrNoLeader)
 	}
+	ctx = context.WithValue(ctx, leaderTermKey{}, lanes.term)
 	return lanes.Do(ctx, pluginID, op, func(ctx context.Context) error {
 		candidates, err := pluginControllers(s.State(), pluginID)
 		if err != nil {

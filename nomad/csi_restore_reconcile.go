@@ -227,7 +227,7 @@ func (r *restoreReconcile) listPublished(ctx context.Context, pluginID string) (
 		_, err = callController(cctx, pluginID, candidates, func(ctx context.Context, cn *structs.Node) error {
 			req := structs.ClientCSIControllerListVolumesRequest{
 				PluginID: pluginID, MaxEntries: structs.MaxExternalPerPage, StartingToken: token,
-				CSIControllerQuery: structs.CSIControllerQuery{ControllerNodeID: cn.ID},
+				CSIControllerQuery: controllerQuery(ctx, cn),
 			}
 			resp = structs.ClientCSIControllerListVolumesResponse{}
 			return r.s.clientRPC(ctx, cn.ID, "ClientCSI.ControllerListVolumes", &req, &resp)
@@ -370,7 +370,7 @@ func (r *restoreReconcile) unpublish(ctx context.Context, vol *structs.CSIVolume
 		}
 		req := structs.ClientCSIControllerDetachVolumeRequest{
 			PluginID: latest.PluginID, VolumeID: latest.ExternalID, ClientCSINodeID: extNode,
-			Secrets: latest.Secrets, CSIControllerQuery: structs.CSIControllerQuery{ControllerNodeID: cn.ID},
+			Secrets: latest.Secrets, CSIControllerQuery: controllerQuery(ctx, cn),
 		}
 		var resp structs.ClientCSIControllerDetachVolumeResponse
 		return r.s.clientRPC(ctx, cn.ID, "ClientCSI.ControllerDetachVolume", &req, &resp)

@@ -171,7 +171,7 @@ func (s *Server) createVolume(ctx context.Context, v *structs.CSIVolume, wr stru
 			Capabilities: v.RequestedCapabilities, MountOptions: v.MountOptions,
 			Parameters: v.Parameters, Secrets: v.Secrets, SnapshotID: v.SnapshotID, CloneID: v.CloneID,
 			Topologies:         v.RequestedTopologies,
-			CSIControllerQuery: structs.CSIControllerQuery{ControllerNodeID: cn.ID},
+			CSIControllerQuery: controllerQuery(ctx, cn),
 		}
 		return s.clientRPC(ctx, cn.ID, "ClientCSI.ControllerCreateVolume", &req, &created)
 	})
@@ -289,7 +289,7 @@ func (s *Server) deleteVolume(ctx context.Context, id string, wr structs.WriteRe
 		}
 		req := structs.ClientCSIControllerDeleteVolumeRequest{
 			PluginID: cur.PluginID, ExternalVolumeID: cur.ExternalID, Secrets: cur.Secrets,
-			CSIControllerQuery: structs.CSIControllerQuery{ControllerNodeID: cn.ID},
+			CSIControllerQuery: controllerQuery(ctx, cn),
 		}
 		var resp structs.ClientCSIControllerDeleteVolumeResponse
 		return s.clientRPC(ctx, cn.ID, "ClientCSI.ControllerDeleteVolume", &req, &resp)
@@ -443,7 +443,7 @@ func (c *CSIVolume) CreateSnapshot(args *structs.CSISnapshotCreateRequest, reply
 			req := structs.ClientCSIControllerCreateSnapshotRequest{
 				PluginID: v.PluginID, ExternalVolumeID: v.ExternalID, Name: name,
 				Parameters: spec.Parameters, Secrets: secrets,
-				CSIControllerQuery: structs.CSIControllerQuery{ControllerNodeID: cn.ID},
+				CSIControllerQuery: controllerQuery(ctx, cn),
 			}
 			return srv.clientRPC(ctx, cn.ID, "ClientCSI.ControllerCreateSnapshot", &req, &resp)
 		})
@@ -490,7 +490,7 @@ func (c *CSIVolume) DeleteSnapshot(args *structs.CSISnapshotDeleteRequest, reply
 	err := srv.onController(ctx, args.PluginID, "snapshot-delete", func(ctx context.Context, cn *structs.Node) error {
 		req := structs.ClientCSIControllerDeleteSnapshotRequest{
 			PluginID: args.PluginID, ID: args.SnapshotID, Secrets: args.Secrets,
-			CSIControllerQuery: structs.CSIControllerQuery{ControllerNodeID: cn.ID},
+			CSIControllerQuery: controllerQuery(ctx, cn),
 		}
 		var resp structs.ClientCSIControllerDeleteSnapshotResponse
 		return srv.clientRPC(ctx, cn.ID, "ClientCSI.ControllerDeleteSnapshot", &req, &resp)
@@ -521,7 +521,7 @@ func (c *CSIVolume) ListSnapshots(args *structs.CSISnapshotListRequest, reply *s
 	index, err := srv.readFromController(args.PluginID, func(ctx context.Context, cn *structs.Node) error {
 		req := structs.ClientCSIControllerListSnapshotsRequest{
 			PluginID: args.PluginID, MaxEntries: args.MaxEntries, StartingToken: args.StartingToken,
-			Secrets: args.Secrets, CSIControllerQuery: structs.CSIControllerQuery{ControllerNodeID: cn.ID},
+			Secrets: args.Secrets, CSIControllerQuery: controllerQuery(ctx, cn),
 		}
 		var resp structs.ClientCSIControllerListSnapshotsResponse
 		if err := srv.clientRPC(ctx, cn.ID, "ClientCSI.ControllerListSnapshots", &req, &resp); err != nil {

@@ -137,7 +137,7 @@ func (s *Server) expandVolume(ctx context.Context, id string, min, max int64, wr
 		req := structs.ClientCSIControllerExpandVolumeRequest{
 			PluginID: cur.PluginID, ExternalVolumeID: cur.ExternalID,
 			CapacityMin: min, CapacityMax: max, Secrets: cur.Secrets, MountOptions: cur.MountOptions,
-			CSIControllerQuery: structs.CSIControllerQuery{ControllerNodeID: cn.ID},
+			CSIControllerQuery: controllerQuery(ctx, cn),
 		}
 		if len(cur.RequestedCapabilities) > 0 {
 			req.Capability = cur.RequestedCapabilities[0]

@@ -47,7 +47,7 @@ func (c *CSIVolume) ListExternal(args *structs.CSIVolumeExternalListRequest, rep
 	index, err := srv.readFromController(args.PluginID, func(ctx context.Context, cn *structs.Node) error {
 		req := structs.ClientCSIControllerListVolumesRequest{
 			PluginID: args.PluginID, MaxEntries: args.PerPage, StartingToken: args.NextToken,
-			CSIControllerQuery: structs.CSIControllerQuery{ControllerNodeID: cn.ID},
+			CSIControllerQuery: controllerQuery(ctx, cn),
 		}
 		var resp structs.ClientCSIControllerListVolumesResponse
 		if err := srv.clientRPC(ctx, cn.ID, "ClientCSI.ControllerListVolumes", &req, &resp); err != nil {

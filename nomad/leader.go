@@ -46,11 +46,15 @@ func (s *Server) establishTerm(t *leaderTerm, prev <-chan struct{}) {
 			return
 		}
 	}
+	// The term this server leads in, read as the leadership starts: a
+	// later term, should one begin, ends this one's context and its lanes.
+	raftTerm := s.raft.CurrentTerm()
 	if err := s.catchUp(t.ctx); err != nil {
 		ev.err = fmt.Errorf("catching up after election: %w", err)
 		s.sendLeaderEvent(ev)
 		return
 	}
+	t.raftTerm = raftTerm
 	t.clock.step(stepCaughtUp)
 	// Before any duty starts. Once a leader serves, its cluster has an ID:
 	// a read, except on a new cluster, where it is a Raft apply; should
@@ -85,6 +89,7 @@ func (s *Server) openDuties(t *leaderTerm, hasID bool, clusterIDErr error) {
 	}
 
 	t.lanes = newControllerLanes(ctx, csiCallTimeout, s.logger)
+	t.lanes.term = t.raftTerm
 	s.lanes.Store(t.lanes)
 	clock.step(stepLanes)
 	s.heartbeats.start(ctx, &t.wg)

@@ -70,6 +70,10 @@ type leaderTerm struct {
 	wg sync.WaitGroup
 	// lanes are the controller lanes this term opened, nil until then.
 	lanes *controllerLanes
+	// raftTerm is the Raft term this leadership holds, set by the
+	// establishing step before the duties open; the lanes stamp it on
+	// their calls.
+	raftTerm uint64
 	// opened is closed once the duties are open, or the term ended first.
 	opened     chan struct{}
 	openedDone bool

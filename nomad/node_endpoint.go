@@ -150,6 +150,9 @@ func (n *Node) heartbeatReply(nodeID, status string, reply *structs.NodeUpdateRe
 	reply.LeaderRPCAddr, _ = n.srv.Leader()
 	reply.ClusterID = n.srv.ClusterID()
 	reply.FreeClaimsAfter = n.srv.config.FreeClaimsAfter()
+	if lanes := n.srv.lanes.Load(); lanes != nil {
+		reply.LeaderTerm = lanes.term
+	}
 	for _, m := range n.srv.members.alive() {
 		reply.Servers = append(reply.Servers, &structs.NodeServerInfo{
 			RPCAdvertiseAddr: m.Addr,

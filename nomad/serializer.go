@@ -33,6 +33,10 @@ type controllerLanes struct {
 	parent      context.Context
 	callTimeout time.Duration
 	logger      hclog.Logger
+	// term is the Raft term of the leadership that opened these lanes;
+	// every controller call they send carries it (see
+	// structs.CSIControllerQuery.LeaderTerm). Zero sends no term.
+	term uint64
 
 	mu sync.Mutex
 	// lanes holds only lanes that are busy; an idle lane is deleted, so the

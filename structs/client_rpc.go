@@ -46,6 +46,10 @@ type ClientRPCForwardRequest struct {
 	// its secret (the AuthToken): a relaying server whose state is behind
 	// waits, briefly, to reach it before it checks the token.
 	NodeIndex uint64
+	// LeaderTerm is the call's CSIControllerQuery.LeaderTerm, zero for
+	// other calls: the relaying server refuses the call if its own Raft
+	// term is higher.
+	LeaderTerm uint64
 	WriteRequest
 }
 

@@ -6,9 +6,17 @@ package structs
 // plugin reach it one at a time whoever sends them.
 
 // CSIControllerQuery names the client whose controller plugin should serve
-// a request. The server routes on it; the client ignores it.
+// a request, and the leader that sends it. The server routes on
+// ControllerNodeID; the client ignores it.
 type CSIControllerQuery struct {
 	ControllerNodeID string
+	// LeaderTerm is the Raft term of the leader whose controller lane sent
+	// the call, zero for a call from outside a lane (a read). A client
+	// refuses a call whose term is below one it has already seen, and so
+	// does a server relaying it: that call comes from a deposed leader and
+	// arrived late (held by a slow relay, or by a network that was cut),
+	// after the new leader may have moved the plugin's calls elsewhere.
+	LeaderTerm uint64
 }
 
 // ClientCSIControllerAttachVolumeRequest asks a controller plugin to attach

@@ -43,6 +43,10 @@ var (
 	// succeed soon. Code choosing among nodes (controller candidates) checks
 	// it explicitly and moves on to the next node.
 	ErrNodeNotConnected = errors.New("node is not connected to any server")
+	// ErrStaleLeaderTerm means a controller call came from a leader whose
+	// term is below one the receiver has seen: a deposed leader's call that
+	// arrived late. It was not run; retryable, against the current leader.
+	ErrStaleLeaderTerm = errors.New("controller call from a deposed leader")
 )
 
 // sentinelCode is a sentinel and its wire code.
@@ -62,6 +66,7 @@ type sentinelCode struct {
 var sentinelCodes = append(append([]sentinelCode{
 	{ErrOutcomeUnknown, "outcome_unknown"},
 	{ErrClaimInProgress, "claim_in_progress"},
+	{ErrStaleLeaderTerm, "stale_leader_term"},
 	{ErrCSIMaxClaims, "csi_max_claims"},
 }, csiErrorCodes...),
 	sentinelCode{ErrNodeNotConnected, "node_not_connected"},
@@ -233,5 +238,5 @@ func FromRPCError(err error) error {
 func IsRetryable(err error) bool {
 	err = FromRPCError(err)
 	return errors.Is(err, ErrNoLeader) || errors.Is(err, ErrShutdown) || errors.Is(err, ErrOutcomeUnknown) ||
-		errors.Is(err, ErrClaimInProgress)
+		errors.Is(err, ErrClaimInProgress) || errors.Is(err, ErrStaleLeaderTerm)
 }

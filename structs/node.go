@@ -345,6 +345,12 @@ type NodeUpdateResponse struct {
 	// failover TTL, plus the grace). A client stops its claim-holding
 	// allocations well inside it.
 	FreeClaimsAfter time.Duration
+	// LeaderTerm is the Raft term of the leader that answered, zero if it
+	// had no lanes open yet. The client then refuses controller calls from
+	// earlier terms (see CSIControllerQuery.LeaderTerm): a deposed leader's
+	// call still on its way when the node comes back from an outage, during
+	// which the new leader may have moved the plugin's calls elsewhere.
+	LeaderTerm uint64
 	// QueryMeta.Index is the index of the write, or of the node as read.
 	QueryMeta
 }

@@ -1,0 +1,88 @@
+package nomad
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+
+	"github.com/shoenig/test/must"
+
+	"github.com/roamhq/roam/structs"
+)
+
+// countingEcho is a client RPC service that counts the calls it runs.
+type countingEcho struct{ calls atomic.Int64 }
+
+func (e *countingEcho) Say(args string, reply *string) error {
+	e.calls.Add(1)
+	*reply = args
+	return nil
+}
+
+// A server relaying a controller call refuses one stamped with a leader
+// term below its own: it comes from a deposed leader and arrived late. The
+// call from the current term goes through.
+func TestClientRPC_RelayRefusesAStaleLeaderTerm(t *testing.T) {
+	servers := testCluster(t, 3)
+	first := waitForLeader(t, servers...)
+	// A second term, so that there is an earlier non-zero one.
+	must.NoError(t, first.raft.LeadershipTransfer().Error())
+	leader := waitForLeader(t, servers...)
+	relay := followers(servers)[0]
+	term := relay.raft.CurrentTerm()
+	must.Greater(t, uint64(1), term)
+
+	c := testAgentClient(t, relay.Addr())
+	echo := &countingEcho{}
+	must.NoError(t, c.RegisterRPC("Echo", echo))
+	waitNodeSession(t, relay, c.NodeID(), true)
+	_, ok := leader.nodeSession(c.NodeID())
+	must.False(t, ok, must.Sprint("the call must go through the relay"))
+
+	var out string
+	current := context.WithValue(testCtx(t), leaderTermKey{}, term)
+	must.NoError(t, leader.clientRPC(current, c.NodeID(), "Echo.Say", "now", &out))
+	must.Eq(t, int64(1), echo.calls.Load())
+
+	stale := context.WithValue(testCtx(t), leaderTermKey{}, term-1)
+	err := leader.clientRPC(stale, c.NodeID(), "Echo.Say", "late", &out)
+	must.ErrorIs(t, err, structs.ErrStaleLeaderTerm)
+	must.True(t, structs.IsRetryable(err))
+	must.StrContains(t, err.Error(), "not relayed")
+	must.Eq(t, int64(1), echo.calls.Load(), must.Sprint("the relay passed on a deposed leader's call"))
+
+	// A call from outside a lane carries no term and is not checked.
+	must.NoError(t, leader.clientRPC(testCtx(t), c.NodeID(), "Echo.Say", "read", &out))
+	must.Eq(t, int64(2), echo.calls.Load())
+}
+
+// The calls a leader's lanes make carry the Raft term it leads in.
+func TestOnController_StampsTheLeaderTerm(t *testing.T) {
+	s := testServer(t, nil)
+	waitForLeaderDuties(t, s)
+	healthy := true
+	n := ctrlNode("node-a", structs.NodeStatusReady, &healthy)
+	n.SecretID = "secret-node-a"
+	_, _, err := s.raftApply(structs.NodeRegisterRequestType, &structs.NodeRegisterRequest{Node: n})
+	must.NoError(t, err)
+
+	var got structs.CSIControllerQuery
+	must.NoError(t, s.onController(testCtx(t), testPlugin, "publish", func(ctx context.Context, cn *structs.Node) error {
+		got = controllerQuery(ctx, cn)
+		return nil
+	}))
+	must.Eq(t, "node-a", got.ControllerNodeID)
+	must.Positive(t, got.LeaderTerm)
+	must.Eq(t, s.raft.CurrentTerm(), got.LeaderTerm)
+	must.Eq(t, uint64(0), controllerQuery(testCtx(t), n).LeaderTerm, must.Sprint("no term outside a lane"))
+}
+
+// A heartbeat answer carries the leader's term, so that a node back from an
+// outage refuses a deposed leader's calls that were still on their way.
+func TestNodeHeartbeat_CarriesTheLeaderTerm(t *testing.T) {
+	s := testServer(t, nil)
+	waitForLeaderDuties(t, s)
+	resp := registerNode(t, s, testNode("n1"))
+	must.Positive(t, resp.LeaderTerm)
+	must.Eq(t, s.lanes.Load().term, resp.LeaderTerm)
+}
