@@ -244,14 +244,16 @@ func (ar *allocRunner) run(ctx context.Context) {
 	// by the servers before the restart, its kill cut short: the servers
 	// will not say so again (nothing changed on their side), so the stop
 	// read back from the state DB is carried out now. A task still running
-	// is re-attached and killed; one that is not is never started, and its
-	// volumes are not claimed again.
+	// is re-attached and killed; one that is not is never started. Its
+	// volumes are neither claimed again nor re-established: that waits on
+	// the servers and the plugins, and must not hold up the kill. The
+	// servers release the claims of the stopped allocation.
 	stopped := ar.stopWanted()
 	if stopped {
 		ar.stop("stopped by server")
 	}
 	err := ar.setupErr
-	if err == nil && (!stopped || ar.restoredRunning()) {
+	if err == nil && !stopped {
 		err = ar.prepare(ctx)
 	}
 	if err != nil {
