@@ -213,6 +213,13 @@ func (c *Client) ForwardContext(ctx context.Context, method string, args, reply 
 	return c.rpcRetrying(ctx, method, args, reply)
 }
 
+// claimStillMoving says whether a retryable error is about the claim, not
+// about the server that answered: keep the connection.
+func claimStillMoving(err error) bool {
+	err = structs.FromRPCError(err)
+	return errors.Is(err, structs.ErrClaimInProgress) || errors.Is(err, structs.ErrStaleLeaderTerm)
+}
+
 // rpcRetrying sends a call whose auth is already filled in, retrying as
 // RPC describes.
 func (c *Client) rpcRetrying(ctx context.Context, method string, args, reply any) error {
@@ -224,12 +231,13 @@ func (c *Client) rpcRetrying(ctx context.Context, method string, args, reply any
 		conn, err := c.getConn()
 		if err == nil {
 			err = conn.call(ctx, method, args, reply, timeout)
-			if errors.Is(err, errConnLost) || (structs.IsRetryable(err) && !errors.Is(structs.FromRPCError(err), structs.ErrClaimInProgress)) {
+			if errors.Is(err, errConnLost) || (structs.IsRetryable(err) && !claimStillMoving(err)) {
 				// A server that cannot reach a leader (say, the minority
 				// side of a partition) is as good as gone: try the next.
-				// A claim in progress is not the server's fault, and
+				// A claim in progress, or a controller call refused as a
+				// deposed leader's, is not this server's fault, and
 				// dropping the connection would cut the servers' calls to
-				// this node that the claim in progress may be waiting on.
+				// this node that the claim may be waiting on.
 				c.dropConn(conn)
 			}
 		}

@@ -228,3 +228,16 @@ func TestClaimRetryPolicy(t *testing.T) {
 	must.False(t, fresh(fmt.Errorf("%w: volume %q", structs.ErrNotFound, "v")))
 	must.False(t, claimRetryPolicy(0, clock)(unavailable), must.Sprint("a zero wait fails at once"))
 }
+
+// A claim refused because the leader's controller call was refused as a
+// deposed leader's keeps the client's connection (the servers' calls to
+// this node may run on it), as a claim in progress does; a server without
+// a leader does not.
+func TestClaimStillMoving(t *testing.T) {
+	wire := func(err error) error { return structs.FromRPCError(rpc.ServerError(structs.EncodeRPCError(err))) }
+	for _, err := range []error{structs.ErrClaimInProgress, structs.ErrStaleLeaderTerm} {
+		must.True(t, claimStillMoving(wire(fmt.Errorf("claim: %w", err))), must.Sprint(err))
+		must.True(t, retryableCall(wire(err)))
+	}
+	must.False(t, claimStillMoving(wire(structs.ErrNoLeader)))
+}

@@ -39,7 +39,7 @@ func clientErrors() map[string]error {
 		structs.ErrCSIFailedPrecondition, structs.ErrCSIResourceExhausted, structs.ErrCSIAlreadyExists,
 		structs.ErrCSIUnimplemented, structs.ErrCSIUnavailable, structs.ErrCSIInternal,
 		structs.ErrNoLeader, structs.ErrPermissionDenied, structs.ErrNotFound, structs.ErrCSIMaxClaims,
-		structs.ErrClaimInProgress, structs.ErrShutdown,
+		structs.ErrClaimInProgress, structs.ErrShutdown, structs.ErrStaleLeaderTerm,
 	} {
 		errs[s.Error()] = fmt.Errorf("csi %s: %w: volume v1", "call", s)
 	}
