@@ -35,6 +35,12 @@ type csiManagerConfig struct {
 	// was removed. The client re-registers at once.
 	OnChange func()
 	Logger   hclog.Logger
+	// LeaderTerm is the highest controller-call leader term seen before
+	// this manager started (read back from the state DB), and SaveTerm
+	// records a new one; nil keeps it in memory only. A restarted client
+	// must still refuse the calls its earlier self would have.
+	LeaderTerm uint64
+	SaveTerm   func(uint64) error
 }
 
 // csiManager keeps the CSI plugins this client talks to: it fingerprints
@@ -48,9 +54,10 @@ type csiManager struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	// leaderTerm is the highest leader term seen on a controller call (see
-	// admitTerm).
+	// leaderTerm is the highest leader term seen on a controller call or
+	// a heartbeat answer (see admitTerm); saveMu orders its saves.
 	leaderTerm atomic.Uint64
+	saveMu     sync.Mutex
 
 	// mu guards plugins and closed.
 	mu      sync.Mutex
@@ -81,13 +88,15 @@ func newCSIManager(cfg csiManagerConfig) *csiManager {
 		cfg.OnChange = func() {}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &csiManager{
+	m := &csiManager{
 		cfg:     cfg,
 		logger:  cfg.Logger.Named("csi"),
 		ctx:     ctx,
 		cancel:  cancel,
 		plugins: map[string]*csiManagedPlugin{},
 	}
+	m.leaderTerm.Store(cfg.LeaderTerm)
+	return m
 }
 
 // AddPlugin starts managing a plugin: it is fingerprinted at once and then
@@ -224,11 +233,11 @@ func (m *csiManager) controllerCall(ctx context.Context, pluginID, method string
 	if err != nil {
 		return err
 	}
-	if err := m.admitTerm(method, term); err != nil {
+	if err := m.admitTerm(pluginID, method, term); err != nil {
 		return err
 	}
 	return p.lane.do(ctx, method, m.cfg.ControllerCallTimeout, func(ctx context.Context) error {
-		if err := m.admitTerm(method, term); err != nil {
+		if err := m.admitTerm(pluginID, method, term); err != nil {
 			return err
 		}
 		// A plugin that has stopped (its task is going, and the servers
@@ -255,26 +264,62 @@ func (m *csiManager) controllerCall(ctx context.Context, pluginID, method string
 // controller for the plugin. Running it could put two destructive calls at
 // the provider at once, so it is refused, unrun. A call without a term
 // (zero: a read from outside a leader's lane) is not checked.
-func (m *csiManager) admitTerm(method string, term uint64) error {
+func (m *csiManager) admitTerm(pluginID, method string, term uint64) error {
 	if term == 0 {
 		return nil
 	}
 	m.learnTerm(term)
 	if seen := m.leaderTerm.Load(); term < seen {
-		return fmt.Errorf("%w: csi %s sent in leader term %d, but this client has heard from term %d; not run",
-			structs.ErrStaleLeaderTerm, method, term, seen)
+		return fmt.Errorf("%w: csi %s for plugin %q sent in leader term %d, but this client has heard from term %d; not run",
+			structs.ErrStaleLeaderTerm, method, pluginID, term, seen)
 	}
 	return nil
 }
 
-// learnTerm raises the highest leader term seen to term, from a heartbeat
-// answer: controller calls of earlier terms are refused from now on.
+// learnTerm raises the highest leader term seen to term: controller calls
+// of earlier terms are refused from now on.
 func (m *csiManager) learnTerm(term uint64) {
 	for {
 		seen := m.leaderTerm.Load()
-		if term <= seen || m.leaderTerm.CompareAndSwap(seen, term) {
+		if term <= seen {
 			return
 		}
+		if m.leaderTerm.CompareAndSwap(seen, term) {
+			m.saveTerm()
+			return
+		}
+	}
+}
+
+// LeaderTerm is the highest leader term seen; heartbeats report it.
+func (m *csiManager) LeaderTerm() uint64 { return m.leaderTerm.Load() }
+
+// resetTerm replaces the leader term seen with term, if it is still from:
+// the leader that answered a heartbeat which reported from has verified
+// that it leads, in a lower term, so from cannot be its cluster's (a leader
+// of a later term would have deposed it): it is another Raft cluster's,
+// one whose servers were rebuilt and restored from a snapshot, which
+// starts its terms again. Without the reset every controller call of the
+// rebuilt cluster would be refused. If the term moved meanwhile (a call
+// came from a newer leader), the reset no longer applies.
+func (m *csiManager) resetTerm(from, term uint64) {
+	if term >= from || !m.leaderTerm.CompareAndSwap(from, term) {
+		return
+	}
+	m.logger.Warn("the leader verified that it leads in a term below the one this client remembers: the servers were rebuilt; starting from their term",
+		"remembered_term", from, "leader_term", term)
+	m.saveTerm()
+}
+
+// saveTerm records the term now seen, if the manager was given a store.
+func (m *csiManager) saveTerm() {
+	if m.cfg.SaveTerm == nil {
+		return
+	}
+	m.saveMu.Lock()
+	defer m.saveMu.Unlock()
+	if err := m.cfg.SaveTerm(m.leaderTerm.Load()); err != nil {
+		m.logger.Error("could not record the controller calls' leader term; a restart forgets it", "error", err)
 	}
 }
 

@@ -11,11 +11,17 @@ import (
 // setupCSI starts the CSI plugin manager with the configured plugins and
 // registers the ClientCSI service servers call.
 func (c *Client) setupCSI() error {
+	term, err := c.db.leaderTerm()
+	if err != nil {
+		return fmt.Errorf("client: %w", err)
+	}
 	c.csi = newCSIManager(csiManagerConfig{
 		FingerprintInterval:   c.config.CSIFingerprintInterval,
 		ControllerCallTimeout: c.config.CSIControllerCallTimeout,
 		OnChange:              c.triggerNodeUpdate,
 		Logger:                c.logger,
+		LeaderTerm:            term,
+		SaveTerm:              c.db.putLeaderTerm,
 	})
 	// Volumes are claimed from the servers (CSIVolume.Claim), which
 	// publish them at the controller, and released the same way.

@@ -755,3 +755,53 @@ func TestClient_HeartbeatTermRefusesEarlierCalls(t *testing.T) {
 	req.LeaderTerm = 7
 	must.NoError(t, ep.ControllerAttachVolume(req, &resp))
 }
+
+// The highest leader term survives a client restart (the state DB keeps
+// it), so a deposed leader's call still on its way is refused by the
+// restarted client too.
+func TestCSIManager_LeaderTermSurvivesRestart(t *testing.T) {
+	dataDir := t.TempDir()
+	db, err := openStateDB(dataDir)
+	must.NoError(t, err)
+	m := newCSIManager(csiManagerConfig{SaveTerm: db.putLeaderTerm})
+	must.NoError(t, m.admitTerm("hp", "ControllerPublishVolume", 9))
+	must.NoError(t, m.shutdown(context.Background()))
+	must.NoError(t, db.close())
+
+	db, err = openStateDB(dataDir)
+	must.NoError(t, err)
+	t.Cleanup(func() { _ = db.close() })
+	term, err := db.leaderTerm()
+	must.NoError(t, err)
+	must.Eq(t, uint64(9), term)
+	m = newCSIManager(csiManagerConfig{LeaderTerm: term, SaveTerm: db.putLeaderTerm})
+	t.Cleanup(func() { _ = m.shutdown(context.Background()) })
+	must.ErrorIs(t, m.admitTerm("hp", "ControllerPublishVolume", 8), structs.ErrStaleLeaderTerm)
+}
+
+// A heartbeat answer that resets the term (servers rebuilt, whose terms
+// started again) replaces it only if the client still holds the term it
+// reported; one that raced a newer leader's call changes nothing.
+func TestClient_HeartbeatResetsTermOfRebuiltServers(t *testing.T) {
+	dataDir := t.TempDir()
+	db, err := openStateDB(dataDir)
+	must.NoError(t, err)
+	t.Cleanup(func() { _ = db.close() })
+	m := newCSIManager(csiManagerConfig{LeaderTerm: 40, SaveTerm: db.putLeaderTerm})
+	t.Cleanup(func() { _ = m.shutdown(context.Background()) })
+	c := &Client{csi: m, logger: hclog.NewNullLogger()}
+	must.ErrorIs(t, m.admitTerm("hp", "ControllerPublishVolume", 2), structs.ErrStaleLeaderTerm)
+
+	c.noteContact(time.Now(), &structs.NodeUpdateResponse{LeaderTerm: 2, LeaderTermResetFrom: 40})
+	must.Eq(t, uint64(2), m.LeaderTerm())
+	must.NoError(t, m.admitTerm("hp", "ControllerPublishVolume", 2))
+	term, err := db.leaderTerm()
+	must.NoError(t, err)
+	must.Eq(t, uint64(2), term)
+
+	// A newer leader's call came in between: a late reset is void.
+	must.NoError(t, m.admitTerm("hp", "ControllerPublishVolume", 3))
+	c.noteContact(time.Now(), &structs.NodeUpdateResponse{LeaderTerm: 1, LeaderTermResetFrom: 2})
+	must.Eq(t, uint64(3), m.LeaderTerm())
+	must.ErrorIs(t, m.admitTerm("hp", "ControllerPublishVolume", 2), structs.ErrStaleLeaderTerm)
+}

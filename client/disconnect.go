@@ -102,7 +102,11 @@ func (c *Client) noteContact(sent time.Time, resp *structs.NodeUpdateResponse) {
 		c.freeClaimsAfter = resp.FreeClaimsAfter
 	}
 	if c.csi != nil {
-		c.csi.learnTerm(resp.LeaderTerm)
+		if resp.LeaderTermResetFrom != 0 {
+			c.csi.resetTerm(resp.LeaderTermResetFrom, resp.LeaderTerm)
+		} else {
+			c.csi.learnTerm(resp.LeaderTerm)
+		}
 	}
 	if c.outageStopped {
 		c.outageStopped = false

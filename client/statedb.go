@@ -1,6 +1,7 @@
 package client
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -20,6 +21,9 @@ import (
 // The client's local state lives in <DataDir>/client/state.db (bbolt):
 //
 //	meta/version                   schema version
+//	meta/csi-leader-term           the highest leader term seen on controller
+//	                               calls (csiManager.admitTerm), 8 bytes
+//	                               big-endian
 //	allocs/<alloc ID>/alloc        the allocation as last received
 //	allocs/<alloc ID>/state/<task> the task's localTaskState
 //	allocs/<alloc ID>/handle/<task> the task's rawexec.HandleState, present
@@ -38,6 +42,7 @@ var (
 	bucketHandle = []byte("handle")
 	keyAlloc     = []byte("alloc")
 	keyVersion   = []byte("version")
+	keyCSITerm   = []byte("csi-leader-term")
 )
 
 // stateDB is the client's persistent view of its allocations.
@@ -187,6 +192,39 @@ func openStateDB(dataDir string) (*stateDB, error) {
 }
 
 func (s *stateDB) close() error { return s.db.Close() }
+
+// leaderTerm reads the highest controller-call leader term recorded; zero
+// when none is.
+func (s *stateDB) leaderTerm() (uint64, error) {
+	var term uint64
+	err := s.db.View(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketMeta)
+		if b == nil {
+			return nil
+		}
+		v := b.Get(keyCSITerm)
+		if v == nil {
+			return nil
+		}
+		if len(v) != 8 {
+			return fmt.Errorf("state db: %s is %d bytes, want 8", keyCSITerm, len(v))
+		}
+		term = binary.BigEndian.Uint64(v)
+		return nil
+	})
+	return term, err
+}
+
+// putLeaderTerm records the highest controller-call leader term seen.
+func (s *stateDB) putLeaderTerm(term uint64) error {
+	return s.db.Update(func(tx *bolt.Tx) error {
+		b, err := tx.CreateBucketIfNotExists(bucketMeta)
+		if err != nil {
+			return err
+		}
+		return b.Put(keyCSITerm, binary.BigEndian.AppendUint64(nil, term))
+	})
+}
 
 // boltDamage reports whether bolt.Open failed on the file's contents, as
 // opposed to permissions or a lock.

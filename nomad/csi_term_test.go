@@ -86,3 +86,32 @@ func TestNodeHeartbeat_CarriesTheLeaderTerm(t *testing.T) {
 	must.Positive(t, resp.LeaderTerm)
 	must.Eq(t, s.lanes.Load().term, resp.LeaderTerm)
 }
+
+// A node that remembers a leader term above the leader's own (its servers
+// were rebuilt from a snapshot, and their terms started again) is told to
+// start from the leader's term, once the leader has verified that it
+// leads; a node whose term is not above gets no reset.
+func TestNodeHeartbeat_ResetsATermFromRebuiltServers(t *testing.T) {
+	s := testServer(t, nil)
+	waitForLeaderDuties(t, s)
+	term := s.lanes.Load().term
+	n := testNode("n1")
+	registerNode(t, s, n)
+
+	beat := func(nodeTerm uint64) structs.NodeUpdateResponse {
+		var resp structs.NodeUpdateResponse
+		must.NoError(t, s.RPC("Node.UpdateStatus", &structs.NodeUpdateStatusRequest{
+			NodeID: n.ID, Status: structs.NodeStatusReady, CSILeaderTerm: nodeTerm,
+			WriteRequest: structs.WriteRequest{AuthToken: n.SecretID},
+		}, &resp))
+		return resp
+	}
+	resp := beat(term + 40)
+	must.Eq(t, term, resp.LeaderTerm)
+	must.Eq(t, term+40, resp.LeaderTermResetFrom)
+	for _, nodeTerm := range []uint64{0, term} {
+		resp = beat(nodeTerm)
+		must.Eq(t, term, resp.LeaderTerm)
+		must.Eq(t, uint64(0), resp.LeaderTermResetFrom)
+	}
+}

@@ -69,7 +69,7 @@ func (n *Node) Register(args *structs.NodeRegisterRequest, reply *structs.NodeUp
 		return err
 	}
 	reply.Index = index
-	if err := n.heartbeatReply(node.ID, node.Status, reply); err != nil {
+	if err := n.heartbeatReply(node.ID, node.Status, args.CSILeaderTerm, reply); err != nil {
 		return err
 	}
 	n.srv.recordNodeSession(node.ID, args)
@@ -128,7 +128,7 @@ func (n *Node) UpdateStatus(args *structs.NodeUpdateStatusRequest, reply *struct
 		reply.Index = index
 		n.srv.logger.Info("node status changed", "node_id", args.NodeID, "from", node.Status, "to", args.Status)
 	}
-	if err := n.heartbeatReply(args.NodeID, args.Status, reply); err != nil {
+	if err := n.heartbeatReply(args.NodeID, args.Status, args.CSILeaderTerm, reply); err != nil {
 		return err
 	}
 	n.srv.recordNodeSession(args.NodeID, args)
@@ -136,8 +136,13 @@ func (n *Node) UpdateStatus(args *structs.NodeUpdateStatusRequest, reply *struct
 }
 
 // heartbeatReply arms the node's timer (or clears it for a node going
-// down) and fills in the TTL and the servers the client may use.
-func (n *Node) heartbeatReply(nodeID, status string, reply *structs.NodeUpdateResponse) error {
+// down) and fills in the TTL, the servers the client may use, and this
+// leader's term. clientTerm is the highest leader term the client has seen
+// on controller calls: above this leader's, it can only be another Raft
+// cluster's, once this leader has verified it still leads (a leader of a
+// later term in this cluster would have deposed it), and the client is
+// told to start from this leader's term.
+func (n *Node) heartbeatReply(nodeID, status string, clientTerm uint64, reply *structs.NodeUpdateResponse) error {
 	if status == structs.NodeStatusDown {
 		n.srv.heartbeats.clear(nodeID)
 	} else {
@@ -150,8 +155,17 @@ func (n *Node) heartbeatReply(nodeID, status string, reply *structs.NodeUpdateRe
 	reply.LeaderRPCAddr, _ = n.srv.Leader()
 	reply.ClusterID = n.srv.ClusterID()
 	reply.FreeClaimsAfter = n.srv.config.FreeClaimsAfter()
-	if lanes := n.srv.lanes.Load(); lanes != nil {
+	if lanes := n.srv.lanes.Load(); lanes != nil && lanes.term != 0 {
 		reply.LeaderTerm = lanes.term
+		if clientTerm > lanes.term {
+			if err := n.srv.raft.VerifyLeader().Error(); err != nil {
+				return fmt.Errorf("%w: verifying leadership for node %s, which remembers leader term %d above this leader's %d: %w",
+					structs.ErrNoLeader, nodeID, clientTerm, lanes.term, err)
+			}
+			n.srv.logger.Warn("node remembers a leader term above this leader's, from servers since rebuilt; it starts from this one",
+				"node_id", nodeID, "node_term", clientTerm, "leader_term", lanes.term)
+			reply.LeaderTermResetFrom = clientTerm
+		}
 	}
 	for _, m := range n.srv.members.alive() {
 		reply.Servers = append(reply.Servers, &structs.NodeServerInfo{

@@ -303,6 +303,9 @@ type NodeRegisterRequest struct {
 	// intro_token) a new node shows when the servers require one. The
 	// server never writes it to Raft.
 	IntroToken string
+	// CSILeaderTerm is the highest leader term the client has seen on
+	// controller calls (see NodeUpdateResponse.LeaderTermResetFrom).
+	CSILeaderTerm uint64
 	WriteRequest
 }
 
@@ -311,6 +314,8 @@ type NodeUpdateStatusRequest struct {
 	NodeID    string
 	Status    string
 	UpdatedAt int64
+	// CSILeaderTerm is as in NodeRegisterRequest.
+	CSILeaderTerm uint64
 	// Evals are created by the server: a node going down or coming back
 	// re-evaluates the jobs it affects.
 	Evals []*Evaluation
@@ -351,6 +356,12 @@ type NodeUpdateResponse struct {
 	// call still on its way when the node comes back from an outage, during
 	// which the new leader may have moved the plugin's calls elsewhere.
 	LeaderTerm uint64
+	// LeaderTermResetFrom, when set, is the CSILeaderTerm the client
+	// reported, above LeaderTerm: the leader verified with a quorum that it
+	// still leads, so that term is another Raft cluster's (servers rebuilt
+	// and restored from a snapshot start their terms again). The client
+	// replaces it with LeaderTerm if it still holds it.
+	LeaderTermResetFrom uint64
 	// QueryMeta.Index is the index of the write, or of the node as read.
 	QueryMeta
 }
