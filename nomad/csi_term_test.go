@@ -115,3 +115,26 @@ func TestNodeHeartbeat_ResetsATermFromRebuiltServers(t *testing.T) {
 		must.Eq(t, uint64(0), resp.LeaderTermResetFrom)
 	}
 }
+
+// The reset vouches only for the term the leader verified: lanes left from
+// an earlier term (the leadership loop not yet caught up with Raft) give
+// no reset, whatever the client reports.
+func TestNodeHeartbeat_NoResetFromLanesOfAnEarlierTerm(t *testing.T) {
+	s := testServer(t, nil)
+	waitForLeaderDuties(t, s)
+	n := testNode("n1")
+	registerNode(t, s, n)
+	current := s.raft.CurrentTerm()
+	must.Greater(t, uint64(1), current)
+	stale := newControllerLanes(testCtx(t), csiCallTimeout, nil)
+	stale.term = current - 1
+	s.lanes.Store(stale)
+
+	var resp structs.NodeUpdateResponse
+	err := s.RPC("Node.UpdateStatus", &structs.NodeUpdateStatusRequest{
+		NodeID: n.ID, Status: structs.NodeStatusReady, CSILeaderTerm: current,
+		WriteRequest: structs.WriteRequest{AuthToken: n.SecretID},
+	}, &resp)
+	must.ErrorIs(t, err, structs.ErrNoLeader)
+	must.Eq(t, uint64(0), resp.LeaderTermResetFrom)
+}

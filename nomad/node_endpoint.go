@@ -158,7 +158,14 @@ func (n *Node) heartbeatReply(nodeID, status string, clientTerm uint64, reply *s
 	if lanes := n.srv.lanes.Load(); lanes != nil && lanes.term != 0 {
 		reply.LeaderTerm = lanes.term
 		if clientTerm > lanes.term {
-			if err := n.srv.raft.VerifyLeader().Error(); err != nil {
+			// VerifyLeader vouches for Raft's current term: the lanes must
+			// be of that term, and still the ones open, for it to vouch for
+			// the term they stamp.
+			err := n.srv.raft.VerifyLeader().Error()
+			if err == nil && (n.srv.raft.CurrentTerm() != lanes.term || n.srv.lanes.Load() != lanes) {
+				err = fmt.Errorf("leadership moved on from term %d", lanes.term)
+			}
+			if err != nil {
 				return fmt.Errorf("%w: verifying leadership for node %s, which remembers leader term %d above this leader's %d: %w",
 					structs.ErrNoLeader, nodeID, clientTerm, lanes.term, err)
 			}
