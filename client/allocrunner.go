@@ -104,6 +104,10 @@ type allocRunner struct {
 	setupErr error
 
 	doneCh chan struct{}
+	// remounted is closed once a restored allocation's volumes are
+	// re-established (or that gave up); nil when there is nothing to wait
+	// for. Its tasks run meanwhile (see prepare); finish waits for it.
+	remounted chan struct{}
 
 	// mu guards the fields below it.
 	mu    sync.Mutex
@@ -239,6 +243,11 @@ func (ar *allocRunner) lookupTask(name string) *taskRunner {
 // shutdown.
 func (ar *allocRunner) run(ctx context.Context) {
 	defer close(ar.doneCh)
+	defer func() {
+		if ar.remounted != nil {
+			<-ar.remounted // ends with ctx, on a shutdown
+		}
+	}()
 
 	// An allocation restored after a client restart may have been stopped
 	// by the servers before the restart, its kill cut short: the servers
@@ -292,6 +301,14 @@ func (ar *allocRunner) run(ctx context.Context) {
 // destroys it. Called once every task is dead.
 func (ar *allocRunner) finish(ctx context.Context) {
 	ar.taskStateChanged()
+	if ar.remounted != nil {
+		// What Remount records is what Unmount releases.
+		select {
+		case <-ar.remounted:
+		case <-ctx.Done():
+			return
+		}
+	}
 	if ar.hook != nil && ar.needsVolumes() {
 		if err := ar.hook.Unmount(ctx, ar.Alloc()); err != nil {
 			ar.logger.Error("failed to unmount volumes", "error", err)
@@ -359,14 +376,18 @@ func (ar *allocRunner) prepare(ctx context.Context) error {
 		// them now would pull storage from under the tasks. Should the
 		// servers refuse the claim (the allocation stopped meanwhile) or
 		// the plugin not come back, the tasks are re-attached anyway, to
-		// be stopped the usual way.
-		if _, err := ar.hook.Remount(ctx, alloc, tg.Volumes); err != nil {
-			if ctx.Err() != nil {
-				return err
+		// be stopped the usual way. Re-establishing waits on the servers
+		// and the plugins, so the tasks are re-attached meanwhile, not
+		// after: a stop (by the servers, or the client's own outage stop)
+		// must reach them while the servers are out of reach.
+		ar.remounted = make(chan struct{})
+		go func() {
+			defer close(ar.remounted)
+			if _, err := ar.hook.Remount(ctx, alloc, tg.Volumes); err != nil && ctx.Err() == nil {
+				ar.logger.Error("could not re-establish the volumes of a restored allocation; its tasks keep what they have",
+					"error", err)
 			}
-			ar.logger.Error("could not re-establish the volumes of a restored allocation; its tasks keep what they have",
-				"error", err)
-		}
+		}()
 		return nil
 	}
 	paths, err := ar.hook.Mount(ctx, alloc, tg.Volumes)

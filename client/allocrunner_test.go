@@ -889,3 +889,41 @@ func TestAllocRunner_RestoredStoppedAllocNotStarted(t *testing.T) {
 		wait.Timeout(10*time.Second), wait.Gap(10*time.Millisecond),
 	))
 }
+
+// A restored allocation whose task kept running is re-attached while its
+// volumes are being re-established, not after: the client's own outage
+// stop must reach the task while Remount waits for servers it cannot
+// reach.
+func TestAllocRunner_RestoredTaskStoppableWhileRemountWaits(t *testing.T) {
+	dataDir := t.TempDir()
+	srv := newFakeServer(uuid.NewString())
+	hook := &fakeVolumes{dir: t.TempDir()}
+	m1 := startTestManager(t, srv, dataDir, hook)
+
+	task := shTask("writer", `echo $$ > "$ROAM_ALLOC_DIR/pid"; exec sleep 60`)
+	task.VolumeMounts = []*structs.VolumeMount{{Volume: "data", Destination: "srv/data"}}
+	alloc := testAlloc(srv.nodeID, structs.JobTypeService, noRestarts, task)
+	alloc.Job.TaskGroups[0].Volumes = map[string]*structs.VolumeRequest{"data": {Name: "data", Type: "csi", Source: "vol1"}}
+	sharedDir := filepath.Join(dataDir, "alloc", alloc.ID, "alloc")
+	killOnCleanup(t, filepath.Join(sharedDir, "pid"))
+	srv.upsert(alloc)
+	waitStatus(t, srv, alloc.ID, structs.AllocClientStatusRunning)
+	pid, err := strconv.Atoi(strings.TrimSpace(waitFile(t, filepath.Join(sharedDir, "pid"))))
+	must.NoError(t, err)
+	m1.stop()
+
+	hook.mu.Lock()
+	hook.remountBlocks = true
+	hook.mu.Unlock()
+	m2 := startTestManager(t, srv, dataDir, hook)
+	must.Wait(t, wait.InitialSuccess(
+		wait.BoolFunc(func() bool { return len(hook.calls(&hook.remounted)) == 1 }),
+		wait.Timeout(10*time.Second), wait.Gap(10*time.Millisecond),
+	))
+	ids := m2.stopVolumeHolders("no server reached")
+	must.Eq(t, []string{alloc.ID}, ids)
+	must.Wait(t, wait.InitialSuccess(
+		wait.BoolFunc(func() bool { return !processAlive(pid) }),
+		wait.Timeout(10*time.Second), wait.Gap(20*time.Millisecond),
+	), must.Sprint("the outage stop did not reach the task while Remount waited"))
+}

@@ -42,6 +42,10 @@ type Client struct {
 	lastContact     time.Time
 	freeClaimsAfter time.Duration
 	outageStopped   bool
+	// contactFromDisk is set while lastContact is the one recorded before
+	// this client started (no heartbeat has succeeded since): the outage
+	// may have begun before the restart (see outageWatch).
+	contactFromDisk bool
 
 	// registeredCh is closed once the node has registered for the first time.
 	registeredCh   chan struct{}
@@ -113,6 +117,13 @@ func NewClient(config *Config) (*Client, error) {
 		shutdownCancel: cancel,
 		db:             db,
 		nodeUpdateCh:   make(chan struct{}, 1),
+	}
+	if rec, err := db.contact(); err != nil {
+		c.logger.Warn("could not read when the servers were last reached; an outage that began before this start is counted from now",
+			"error", err)
+		c.lastContact, c.contactFromDisk = time.Now(), true
+	} else if !rec.Sent.IsZero() {
+		c.lastContact, c.freeClaimsAfter, c.contactFromDisk = rec.Sent, rec.FreeClaimsAfter, true
 	}
 	if c.rpcServer, err = newClientRPCServer(c); err != nil {
 		cancel()
@@ -403,6 +414,9 @@ func (c *Client) heartbeatLoop() {
 		} else {
 			c.learnServers(resp.Servers)
 			c.noteContact(sent, &resp)
+			if err := c.db.putContact(serverContact{Sent: sent, FreeClaimsAfter: resp.FreeClaimsAfter}); err != nil {
+				c.logger.Warn("could not record the heartbeat; a restart during an outage would count it from an older one", "error", err)
+			}
 			c.mu.Lock()
 			c.heartbeatTTL = resp.HeartbeatTTL
 			c.mu.Unlock()

@@ -389,3 +389,38 @@ func TestClient_RPCGivesUpWithoutServers(t *testing.T) {
 	default:
 	}
 }
+
+// A client restarted while no server can be reached counts its outage from
+// the last heartbeat before the restart, read back from its state DB, not
+// from the restart: its tasks ran on while it was down.
+func TestClient_RestartKeepsTheLastContact(t *testing.T) {
+	srv := testServer(t, nil)
+	cfg := TestConfig(t, srv.Addr())
+	began := time.Now()
+	first := testClient(t, cfg)
+	waitRegistered(t, first)
+	var last time.Time
+	must.Wait(t, wait.InitialSuccess(wait.BoolFunc(func() bool {
+		first.mu.Lock()
+		defer first.mu.Unlock()
+		last = first.lastContact
+		return !last.IsZero() && first.freeClaimsAfter > 0
+	}), wait.Timeout(10*time.Second), wait.Gap(10*time.Millisecond)))
+	must.NoError(t, first.Shutdown(context.Background()))
+	first.mu.Lock()
+	last, free := first.lastContact, first.freeClaimsAfter
+	first.mu.Unlock()
+
+	// Back up with no server to reach.
+	restartCfg := TestConfig(t, "127.0.0.1:1")
+	restartCfg.DataDir = cfg.DataDir
+	second := testClient(t, restartCfg)
+	second.mu.Lock()
+	defer second.mu.Unlock()
+	// The recorded heartbeat is the last one, or (when the client shut
+	// down between a heartbeat and its record) the one before.
+	must.True(t, second.lastContact.After(began) && !second.lastContact.After(last),
+		must.Sprintf("last contact %s, want between %s and %s", second.lastContact, began, last))
+	must.Eq(t, free, second.freeClaimsAfter)
+	must.True(t, second.contactFromDisk)
+}

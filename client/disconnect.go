@@ -38,6 +38,23 @@ func StopWindow(stopAfter, freeAfter, longestKill time.Duration) (stop time.Dura
 	return max(limit-time.Millisecond, 0), true, false
 }
 
+// outageStop is how long after the last contact outageWatch stops the
+// claim-holding allocations: StopWindow's, but never less than a heartbeat
+// TTL (a healthy client goes up to a TTL between two heartbeats; servers
+// whose window leaves no room for that are misconfigured, and fits says
+// so). With fromDisk, the last contact is from before this client
+// started: it was down, its tasks running on, and stop_on_client_after
+// may be behind it already. Its first heartbeat may show that nothing is
+// wrong, so it gets the time the servers' window still leaves (free, less
+// the kill timeout and the margin), and no more.
+func outageStop(stopAfter, free, longest, ttl time.Duration, fromDisk bool) (time.Duration, bool) {
+	stop, _, fits := StopWindow(stopAfter, free, longest)
+	if fromDisk && free > 0 {
+		stop = max(stop, free-longest-StopMargin)
+	}
+	return max(stop, ttl), fits
+}
+
 // outageWatch stops the claim-holding allocations once no server has been
 // reached for the stop window. It runs until shutdown.
 func (c *Client) outageWatch() {
@@ -57,18 +74,13 @@ func (c *Client) outageWatch() {
 		case <-t.C:
 		}
 		c.mu.Lock()
-		last, free, ttl, stopped := c.lastContact, c.freeClaimsAfter, c.heartbeatTTL, c.outageStopped
+		last, free, ttl, stopped, fromDisk := c.lastContact, c.freeClaimsAfter, c.heartbeatTTL, c.outageStopped, c.contactFromDisk
 		c.mu.Unlock()
 		if last.IsZero() || stopped {
 			continue
 		}
 		longest := c.allocs.longestVolumeKillTimeout()
-		stop, _, fits := StopWindow(c.config.StopOnClientAfter, free, longest)
-		// A healthy client goes up to a TTL between two heartbeats;
-		// stopping sooner would stop it while nothing is wrong. Servers
-		// whose window leaves no room for that are misconfigured, and
-		// the error below says so.
-		stop = max(stop, ttl)
+		stop, fits := outageStop(c.config.StopOnClientAfter, free, longest, ttl, fromDisk)
 		if !fits && warnedFor != free+longest {
 			warnedFor = free + longest
 			c.logger.Error("stop_on_client_after does not fit inside the servers' claim window; stopping sooner",
@@ -97,7 +109,7 @@ func (c *Client) outageWatch() {
 func (c *Client) noteContact(sent time.Time, resp *structs.NodeUpdateResponse) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.lastContact = sent
+	c.lastContact, c.contactFromDisk = sent, false
 	if resp.FreeClaimsAfter > 0 {
 		c.freeClaimsAfter = resp.FreeClaimsAfter
 	}

@@ -34,3 +34,23 @@ func TestStopWindow(t *testing.T) {
 		})
 	}
 }
+
+func TestOutageStop_AfterARestart(t *testing.T) {
+	s := time.Second
+	// Running since the last contact: stop_on_client_after.
+	stop, fits := outageStop(3*s, 10*s, 2*s, 0, false)
+	must.Eq(t, 3*s, stop)
+	must.True(t, fits)
+	// Restarted with that contact read back: up to the edge of the
+	// servers' window, so that a first heartbeat can show nothing is
+	// wrong, and never past it.
+	stop, _ = outageStop(3*s, 10*s, 2*s, 0, true)
+	must.Eq(t, 10*s-2*s-StopMargin, stop)
+	must.True(t, stop+2*s+StopMargin <= 10*s, must.Sprint("past the servers' window"))
+	// The servers' window not known: the configured stop.
+	stop, _ = outageStop(3*s, 0, 2*s, 0, true)
+	must.Eq(t, 3*s, stop)
+	// Never under a heartbeat TTL.
+	stop, _ = outageStop(3*s, 10*s, 2*s, 5*s, false)
+	must.Eq(t, 5*s, stop)
+}

@@ -21,6 +21,8 @@ import (
 // The client's local state lives in <DataDir>/client/state.db (bbolt):
 //
 //	meta/version                   schema version
+//	meta/last-contact              serverContact: the last heartbeat that
+//	                               succeeded, for outageWatch after a restart
 //	meta/csi-leader-term           the highest leader term seen on controller
 //	                               calls (csiManager.admitTerm), 8 bytes
 //	                               big-endian
@@ -43,7 +45,15 @@ var (
 	keyAlloc     = []byte("alloc")
 	keyVersion   = []byte("version")
 	keyCSITerm   = []byte("csi-leader-term")
+	keyContact   = []byte("last-contact")
 )
+
+// serverContact is the last heartbeat the servers answered: when it was
+// sent, and the window they gave from then to freeing this node's claims.
+type serverContact struct {
+	Sent            time.Time
+	FreeClaimsAfter time.Duration
+}
 
 // stateDB is the client's persistent view of its allocations.
 type stateDB struct {
@@ -192,6 +202,41 @@ func openStateDB(dataDir string) (*stateDB, error) {
 }
 
 func (s *stateDB) close() error { return s.db.Close() }
+
+// contact reads the last heartbeat recorded; zero when none is.
+func (s *stateDB) contact() (serverContact, error) {
+	var rec serverContact
+	err := s.db.View(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketMeta)
+		if b == nil {
+			return nil
+		}
+		v := b.Get(keyContact)
+		if v == nil {
+			return nil
+		}
+		if err := codec.NewDecoderBytes(v, structs.MsgpackHandle).Decode(&rec); err != nil {
+			return fmt.Errorf("state db: decode %s: %w", keyContact, err)
+		}
+		return nil
+	})
+	return rec, err
+}
+
+// putContact records the last heartbeat the servers answered.
+func (s *stateDB) putContact(rec serverContact) error {
+	buf, err := encodeMsgpack(rec)
+	if err != nil {
+		return fmt.Errorf("state db: encode %s: %w", keyContact, err)
+	}
+	return s.db.Update(func(tx *bolt.Tx) error {
+		b, err := tx.CreateBucketIfNotExists(bucketMeta)
+		if err != nil {
+			return err
+		}
+		return b.Put(keyContact, buf)
+	})
+}
 
 // leaderTerm reads the highest controller-call leader term recorded; zero
 // when none is.
