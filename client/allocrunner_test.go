@@ -729,18 +729,8 @@ func TestAllocRunner_RestoredAllocRemountsVolumes(t *testing.T) {
 	dataDir := t.TempDir()
 	srv := newFakeServer(uuid.NewString())
 	hook := &fakeVolumes{dir: t.TempDir()}
-	m1 := startTestManager(t, srv, dataDir, hook)
-
-	task := shTask("server", `echo $$ > "$ROAM_ALLOC_DIR/pid"; exec sleep 60`)
-	task.VolumeMounts = []*structs.VolumeMount{{Volume: "data", Destination: "srv/data"}}
-	alloc := testAlloc(srv.nodeID, structs.JobTypeService, noRestarts, task)
-	alloc.Job.TaskGroups[0].Volumes = map[string]*structs.VolumeRequest{"data": {Name: "data", Type: "csi", Source: "vol1"}}
-	sharedDir := filepath.Join(dataDir, "alloc", alloc.ID, "alloc")
-	killOnCleanup(t, filepath.Join(sharedDir, "pid"))
-	srv.upsert(alloc)
-	waitStatus(t, srv, alloc.ID, structs.AllocClientStatusRunning)
-	pid, err := strconv.Atoi(strings.TrimSpace(waitFile(t, filepath.Join(sharedDir, "pid"))))
-	must.NoError(t, err)
+	m1, run := runVolumeAlloc(t, srv, dataDir, hook, shTask("server", `echo $$ > "$ROAM_ALLOC_DIR/pid"; exec sleep 60`))
+	alloc, pid := run.alloc, run.pid
 
 	m1.stop()
 	hook.mu.Lock()
@@ -791,7 +781,6 @@ func TestAllocRunner_RestoredAllocRemountsVolumes(t *testing.T) {
 func stubbornTask(name string, killTimeout time.Duration) *structs.Task {
 	task := shTask(name, `trap '' INT TERM; echo start >> "$ROAM_ALLOC_DIR/starts"; echo $$ > "$ROAM_ALLOC_DIR/pid"; while :; do sleep 0.05; done`)
 	task.KillTimeout = killTimeout
-	task.VolumeMounts = []*structs.VolumeMount{{Volume: "data", Destination: "srv/data"}}
 	return task
 }
 
@@ -804,16 +793,8 @@ func TestAllocRunner_StopCutShortByClientRestart(t *testing.T) {
 	dataDir := t.TempDir()
 	srv := newFakeServer(uuid.NewString())
 	hook := &fakeVolumes{dir: t.TempDir()}
-	m1 := startTestManager(t, srv, dataDir, hook)
-
-	alloc := testAlloc(srv.nodeID, structs.JobTypeService, noRestarts, stubbornTask("writer", 3*time.Second))
-	alloc.Job.TaskGroups[0].Volumes = map[string]*structs.VolumeRequest{"data": {Name: "data", Type: "csi", Source: "vol1"}}
-	sharedDir := filepath.Join(dataDir, "alloc", alloc.ID, "alloc")
-	killOnCleanup(t, filepath.Join(sharedDir, "pid"))
-	srv.upsert(alloc)
-	waitStatus(t, srv, alloc.ID, structs.AllocClientStatusRunning)
-	pid, err := strconv.Atoi(strings.TrimSpace(waitFile(t, filepath.Join(sharedDir, "pid"))))
-	must.NoError(t, err)
+	m1, run := runVolumeAlloc(t, srv, dataDir, hook, stubbornTask("writer", 3*time.Second))
+	alloc, sharedDir, pid := run.alloc, run.sharedDir, run.pid
 
 	// The servers stop it; the client has sent the kill signal, which the task
 	// ignores, and dies before the kill timeout.
@@ -848,16 +829,8 @@ func TestAllocRunner_RestoredStoppedAllocNotStarted(t *testing.T) {
 	dataDir := t.TempDir()
 	srv := newFakeServer(uuid.NewString())
 	hook := &fakeVolumes{dir: t.TempDir()}
-	m1 := startTestManager(t, srv, dataDir, hook)
-
-	alloc := testAlloc(srv.nodeID, structs.JobTypeService, noRestarts, stubbornTask("writer", time.Second))
-	alloc.Job.TaskGroups[0].Volumes = map[string]*structs.VolumeRequest{"data": {Name: "data", Type: "csi", Source: "vol1"}}
-	sharedDir := filepath.Join(dataDir, "alloc", alloc.ID, "alloc")
-	killOnCleanup(t, filepath.Join(sharedDir, "pid"))
-	srv.upsert(alloc)
-	waitStatus(t, srv, alloc.ID, structs.AllocClientStatusRunning)
-	pid, err := strconv.Atoi(strings.TrimSpace(waitFile(t, filepath.Join(sharedDir, "pid"))))
-	must.NoError(t, err)
+	m1, run := runVolumeAlloc(t, srv, dataDir, hook, stubbornTask("writer", time.Second))
+	alloc, sharedDir, pid := run.alloc, run.sharedDir, run.pid
 	m1.stop()
 
 	// While the client is down, its task ends, and the servers stop the
@@ -898,18 +871,8 @@ func TestAllocRunner_RestoredTaskStoppableWhileRemountWaits(t *testing.T) {
 	dataDir := t.TempDir()
 	srv := newFakeServer(uuid.NewString())
 	hook := &fakeVolumes{dir: t.TempDir()}
-	m1 := startTestManager(t, srv, dataDir, hook)
-
-	task := shTask("writer", `echo $$ > "$ROAM_ALLOC_DIR/pid"; exec sleep 60`)
-	task.VolumeMounts = []*structs.VolumeMount{{Volume: "data", Destination: "srv/data"}}
-	alloc := testAlloc(srv.nodeID, structs.JobTypeService, noRestarts, task)
-	alloc.Job.TaskGroups[0].Volumes = map[string]*structs.VolumeRequest{"data": {Name: "data", Type: "csi", Source: "vol1"}}
-	sharedDir := filepath.Join(dataDir, "alloc", alloc.ID, "alloc")
-	killOnCleanup(t, filepath.Join(sharedDir, "pid"))
-	srv.upsert(alloc)
-	waitStatus(t, srv, alloc.ID, structs.AllocClientStatusRunning)
-	pid, err := strconv.Atoi(strings.TrimSpace(waitFile(t, filepath.Join(sharedDir, "pid"))))
-	must.NoError(t, err)
+	m1, run := runVolumeAlloc(t, srv, dataDir, hook, shTask("writer", `echo $$ > "$ROAM_ALLOC_DIR/pid"; exec sleep 60`))
+	alloc, pid := run.alloc, run.pid
 	m1.stop()
 
 	hook.mu.Lock()
@@ -926,4 +889,30 @@ func TestAllocRunner_RestoredTaskStoppableWhileRemountWaits(t *testing.T) {
 		wait.BoolFunc(func() bool { return !processAlive(pid) }),
 		wait.Timeout(10*time.Second), wait.Gap(20*time.Millisecond),
 	), must.Sprint("the outage stop did not reach the task while Remount waited"))
+}
+
+// volumeAllocRun is one allocation with a CSI volume "data" (mounted at
+// srv/data in task), started on a test manager with hook.
+type volumeAllocRun struct {
+	alloc     *structs.Allocation
+	sharedDir string
+	pid       int
+}
+
+// runVolumeAlloc runs task as a service allocation with volume "data" on
+// a manager over dataDir, and waits until it runs and has written its pid
+// to $ROAM_ALLOC_DIR/pid. It returns the manager too.
+func runVolumeAlloc(t *testing.T, srv *fakeServer, dataDir string, hook *fakeVolumes, task *structs.Task) (*testManager, volumeAllocRun) {
+	t.Helper()
+	m := startTestManager(t, srv, dataDir, hook)
+	task.VolumeMounts = []*structs.VolumeMount{{Volume: "data", Destination: "srv/data"}}
+	alloc := testAlloc(srv.nodeID, structs.JobTypeService, noRestarts, task)
+	alloc.Job.TaskGroups[0].Volumes = map[string]*structs.VolumeRequest{"data": {Name: "data", Type: "csi", Source: "vol1"}}
+	sharedDir := filepath.Join(dataDir, "alloc", alloc.ID, "alloc")
+	killOnCleanup(t, filepath.Join(sharedDir, "pid"))
+	srv.upsert(alloc)
+	waitStatus(t, srv, alloc.ID, structs.AllocClientStatusRunning)
+	pid, err := strconv.Atoi(strings.TrimSpace(waitFile(t, filepath.Join(sharedDir, "pid"))))
+	must.NoError(t, err)
+	return m, volumeAllocRun{alloc: alloc, sharedDir: sharedDir, pid: pid}
 }
