@@ -359,14 +359,6 @@ func (c *Client) learnServers(servers []*structs.NodeServerInfo) {
 	}
 }
 
-// csiLeaderTerm is the highest leader term seen on controller calls.
-func (c *Client) csiLeaderTerm() uint64 {
-	if c.csi == nil {
-		return 0
-	}
-	return c.csi.LeaderTerm()
-}
-
 // heartbeatLoop registers the node, then heartbeats at half the TTL the
 // server hands back. A server that has forgotten the node gets a fresh
 // registration.
@@ -394,7 +386,7 @@ func (c *Client) heartbeatLoop() {
 			err = c.RPC("Node.UpdateStatus", &structs.NodeUpdateStatusRequest{
 				NodeID:        c.id.NodeID,
 				Status:        structs.NodeStatusReady,
-				CSILeaderTerm: c.csiLeaderTerm(),
+				CSILeaderTerm: c.csi.LeaderTerm(),
 			}, &resp)
 			if errors.Is(err, structs.ErrUnknownNode) {
 				c.logger.Warn("server does not know this node; registering again")
@@ -452,7 +444,7 @@ func (c *Client) register(resp *structs.NodeUpdateResponse) error {
 	c.mu.Lock()
 	node := c.buildNode()
 	c.mu.Unlock()
-	if err := c.RPC("Node.Register", &structs.NodeRegisterRequest{Node: node, IntroToken: c.config.IntroToken, CSILeaderTerm: c.csiLeaderTerm()}, resp); err != nil {
+	if err := c.RPC("Node.Register", &structs.NodeRegisterRequest{Node: node, IntroToken: c.config.IntroToken, CSILeaderTerm: c.csi.LeaderTerm()}, resp); err != nil {
 		return fmt.Errorf("register node: %w", err)
 	}
 	c.mu.Lock()

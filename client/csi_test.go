@@ -64,6 +64,28 @@ func addPlugin(t *testing.T, m *csiManager, id, typ string, p *hostpath.Plugin) 
 	must.NoError(t, m.AddPlugin(&CSIPluginConfig{ID: id, Type: typ, Socket: p.Endpoint()}))
 }
 
+// hostpathEndpoint starts a monolith plugin "hp" for nodeID on a state
+// dir of its own, with fn's changes to its config, behind a manager and the
+// ClientCSI service; it returns the state dir too.
+func hostpathEndpoint(t *testing.T, nodeID string, fn func(*hostpath.Config)) (string, *csiManager, *ClientCSI) {
+	t.Helper()
+	dir := t.TempDir()
+	p := testHostpath(t, hostpath.ModeMonolith, nodeID, dir, fn)
+	m := testCSIManager(t, nil)
+	addPlugin(t, m, "hp", CSIPluginTypeMonolith, p)
+	return dir, m, &ClientCSI{mgr: m}
+}
+
+// waitPublishCalls waits until nodeID's plugin on dir has started n
+// ControllerPublishVolume calls.
+func waitPublishCalls(t *testing.T, dir, nodeID string, n int64) {
+	t.Helper()
+	must.Wait(t, wait.InitialSuccess(wait.BoolFunc(func() bool {
+		calls, err := hostpath.ReadCalls(dir, nodeID)
+		return err == nil && calls["ControllerPublishVolume"] == n
+	}), wait.Timeout(5*time.Second), wait.Gap(5*time.Millisecond)))
+}
+
 // waitCSI waits until the manager's fingerprints satisfy ok.
 func waitCSI(t *testing.T, m *csiManager, desc string, ok func(ctrl, node map[string]*structs.CSIInfo) bool) {
 	t.Helper()
@@ -213,11 +235,7 @@ func TestClient_CSIPluginHealthReachesServerAtOnce(t *testing.T) {
 }
 
 func TestClientCSI_ControllerAttachVolume(t *testing.T) {
-	dir := t.TempDir()
-	p := testHostpath(t, hostpath.ModeMonolith, "node-d", dir, nil)
-	m := testCSIManager(t, nil)
-	addPlugin(t, m, "hp", CSIPluginTypeMonolith, p)
-	ep := &ClientCSI{mgr: m}
+	dir, _, ep := hostpathEndpoint(t, "node-d", nil)
 
 	vol := createVolume(t, ep, "hp", "vol-1")
 	var resp structs.ClientCSIControllerAttachVolumeResponse
@@ -328,13 +346,9 @@ func TestClientCSI_LaneSerializesControllerCalls(t *testing.T) {
 }
 
 func TestClientCSI_CallerCancelDoesNotCutCall(t *testing.T) {
-	dir := t.TempDir()
-	p := testHostpath(t, hostpath.ModeMonolith, "node-g", dir, func(c *hostpath.Config) {
+	dir, _, ep := hostpathEndpoint(t, "node-g", func(c *hostpath.Config) {
 		c.PublishLatency = 300 * time.Millisecond
 	})
-	m := testCSIManager(t, nil)
-	addPlugin(t, m, "hp", CSIPluginTypeMonolith, p)
-	ep := &ClientCSI{mgr: m}
 	vol := createVolume(t, ep, "hp", "cancelled")
 	vol2 := createVolume(t, ep, "hp", "next")
 
@@ -346,10 +360,7 @@ func TestClientCSI_CallerCancelDoesNotCutCall(t *testing.T) {
 	}()
 	// Cancel once the call has reached the plugin, as a departing leader's
 	// session would end mid-call.
-	must.Wait(t, wait.InitialSuccess(wait.BoolFunc(func() bool {
-		calls, err := hostpath.ReadCalls(dir, "node-g")
-		return err == nil && calls["ControllerPublishVolume"] == 1
-	}), wait.Timeout(5*time.Second), wait.Gap(5*time.Millisecond)))
+	waitPublishCalls(t, dir, "node-g", 1)
 	cancel()
 	err := <-errCh
 	must.ErrorIs(t, err, context.Canceled)
@@ -664,13 +675,9 @@ func TestCSIVolumes_FailedPublishUnstagesBeforeRelease(t *testing.T) {
 // newer term's call arrived; calls without a term (reads from outside a
 // leader's lane) are not checked.
 func TestClientCSI_StaleLeaderTermRefused(t *testing.T) {
-	dir := t.TempDir()
-	p := testHostpath(t, hostpath.ModeMonolith, "node-t", dir, func(c *hostpath.Config) {
+	dir, m, ep := hostpathEndpoint(t, "node-t", func(c *hostpath.Config) {
 		c.PublishLatency = 300 * time.Millisecond
 	})
-	m := testCSIManager(t, nil)
-	addPlugin(t, m, "hp", CSIPluginTypeMonolith, p)
-	ep := &ClientCSI{mgr: m}
 	vols := make(map[string]string)
 	for _, name := range []string{"a", "b", "c", "d", "e"} {
 		vols[name] = createVolume(t, ep, "hp", "term-"+name)
@@ -698,10 +705,7 @@ func TestClientCSI_StaleLeaderTermRefused(t *testing.T) {
 	// Term 4's call runs; another of term 4 waits behind it; then term 5's
 	// call arrives and waits behind both.
 	a := attach("a", 4)
-	must.Wait(t, wait.InitialSuccess(wait.BoolFunc(func() bool {
-		calls, err := hostpath.ReadCalls(dir, "node-t")
-		return err == nil && calls["ControllerPublishVolume"] == 1
-	}), wait.Timeout(5*time.Second), wait.Gap(5*time.Millisecond)))
+	waitPublishCalls(t, dir, "node-t", 1)
 	b := attach("b", 4)
 	queued(1)
 	c := attach("c", 5)
@@ -734,12 +738,8 @@ func TestClientCSI_StaleLeaderTermRefused(t *testing.T) {
 // A heartbeat answer's leader term counts as seen: a controller call from
 // an earlier term that arrives after it is refused.
 func TestClient_HeartbeatTermRefusesEarlierCalls(t *testing.T) {
-	dir := t.TempDir()
-	p := testHostpath(t, hostpath.ModeMonolith, "node-h", dir, nil)
-	m := testCSIManager(t, nil)
-	addPlugin(t, m, "hp", CSIPluginTypeMonolith, p)
+	dir, m, ep := hostpathEndpoint(t, "node-h", nil)
 	c := &Client{csi: m, logger: hclog.NewNullLogger()}
-	ep := &ClientCSI{mgr: m}
 	vol := createVolume(t, ep, "hp", "hb")
 
 	c.noteContact(time.Now(), &structs.NodeUpdateResponse{LeaderTerm: 7})

@@ -107,18 +107,17 @@ func (c *Client) outageWatch() {
 
 // noteContact records a heartbeat sent at sent that succeeded.
 func (c *Client) noteContact(sent time.Time, resp *structs.NodeUpdateResponse) {
+	// The term may be written to the state DB: not under c.mu.
+	if resp.LeaderTermResetFrom != 0 {
+		c.csi.resetTerm(resp.LeaderTermResetFrom, resp.LeaderTerm)
+	} else {
+		c.csi.learnTerm(resp.LeaderTerm)
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.lastContact, c.contactFromDisk = sent, false
 	if resp.FreeClaimsAfter > 0 {
 		c.freeClaimsAfter = resp.FreeClaimsAfter
-	}
-	if c.csi != nil {
-		if resp.LeaderTermResetFrom != 0 {
-			c.csi.resetTerm(resp.LeaderTermResetFrom, resp.LeaderTerm)
-		} else {
-			c.csi.learnTerm(resp.LeaderTerm)
-		}
 	}
 	if c.outageStopped {
 		c.outageStopped = false

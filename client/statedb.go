@@ -1,6 +1,7 @@
 package client
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -203,24 +204,41 @@ func openStateDB(dataDir string) (*stateDB, error) {
 
 func (s *stateDB) close() error { return s.db.Close() }
 
-// contact reads the last heartbeat recorded; zero when none is.
-func (s *stateDB) contact() (serverContact, error) {
-	var rec serverContact
+// meta reads key of the meta bucket; nil when it is not there. The value
+// is a copy, valid after the transaction.
+func (s *stateDB) meta(key []byte) ([]byte, error) {
+	var v []byte
 	err := s.db.View(func(tx *bolt.Tx) error {
-		b := tx.Bucket(bucketMeta)
-		if b == nil {
-			return nil
-		}
-		v := b.Get(keyContact)
-		if v == nil {
-			return nil
-		}
-		if err := codec.NewDecoderBytes(v, structs.MsgpackHandle).Decode(&rec); err != nil {
-			return fmt.Errorf("state db: decode %s: %w", keyContact, err)
+		if b := tx.Bucket(bucketMeta); b != nil {
+			v = bytes.Clone(b.Get(key))
 		}
 		return nil
 	})
-	return rec, err
+	return v, err
+}
+
+// putMeta writes key of the meta bucket.
+func (s *stateDB) putMeta(key, v []byte) error {
+	return s.db.Update(func(tx *bolt.Tx) error {
+		b, err := tx.CreateBucketIfNotExists(bucketMeta)
+		if err != nil {
+			return err
+		}
+		return b.Put(key, v)
+	})
+}
+
+// contact reads the last heartbeat recorded; zero when none is.
+func (s *stateDB) contact() (serverContact, error) {
+	var rec serverContact
+	v, err := s.meta(keyContact)
+	if err != nil || v == nil {
+		return rec, err
+	}
+	if err := codec.NewDecoderBytes(v, structs.MsgpackHandle).Decode(&rec); err != nil {
+		return rec, fmt.Errorf("state db: decode %s: %w", keyContact, err)
+	}
+	return rec, nil
 }
 
 // putContact records the last heartbeat the servers answered.
@@ -229,46 +247,25 @@ func (s *stateDB) putContact(rec serverContact) error {
 	if err != nil {
 		return fmt.Errorf("state db: encode %s: %w", keyContact, err)
 	}
-	return s.db.Update(func(tx *bolt.Tx) error {
-		b, err := tx.CreateBucketIfNotExists(bucketMeta)
-		if err != nil {
-			return err
-		}
-		return b.Put(keyContact, buf)
-	})
+	return s.putMeta(keyContact, buf)
 }
 
 // leaderTerm reads the highest controller-call leader term recorded; zero
 // when none is.
 func (s *stateDB) leaderTerm() (uint64, error) {
-	var term uint64
-	err := s.db.View(func(tx *bolt.Tx) error {
-		b := tx.Bucket(bucketMeta)
-		if b == nil {
-			return nil
-		}
-		v := b.Get(keyCSITerm)
-		if v == nil {
-			return nil
-		}
-		if len(v) != 8 {
-			return fmt.Errorf("state db: %s is %d bytes, want 8", keyCSITerm, len(v))
-		}
-		term = binary.BigEndian.Uint64(v)
-		return nil
-	})
-	return term, err
+	v, err := s.meta(keyCSITerm)
+	if err != nil || v == nil {
+		return 0, err
+	}
+	if len(v) != 8 {
+		return 0, fmt.Errorf("state db: %s is %d bytes, want 8", keyCSITerm, len(v))
+	}
+	return binary.BigEndian.Uint64(v), nil
 }
 
 // putLeaderTerm records the highest controller-call leader term seen.
 func (s *stateDB) putLeaderTerm(term uint64) error {
-	return s.db.Update(func(tx *bolt.Tx) error {
-		b, err := tx.CreateBucketIfNotExists(bucketMeta)
-		if err != nil {
-			return err
-		}
-		return b.Put(keyCSITerm, binary.BigEndian.AppendUint64(nil, term))
-	})
+	return s.putMeta(keyCSITerm, binary.BigEndian.AppendUint64(nil, term))
 }
 
 // boltDamage reports whether bolt.Open failed on the file's contents, as

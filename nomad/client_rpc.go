@@ -300,9 +300,9 @@ func (s *Server) forwardClientRPC(ctx context.Context, addr, nodeID, method stri
 		Method:       method,
 		Args:         body,
 		NodeIndex:    node.ModifyIndex,
+		LeaderTerm:   laneTerm(ctx),
 		WriteRequest: structs.WriteRequest{Region: s.config.Region, AuthToken: node.SecretID},
 	}
-	req.LeaderTerm, _ = ctx.Value(leaderTermKey{}).(uint64)
 	if dl, ok := ctx.Deadline(); ok {
 		req.Timeout = time.Until(dl)
 	}

@@ -431,11 +431,16 @@ func (s *Server) controllerUnpublish(ctx context.Context, vol *structs.CSIVolume
 // lanes' term to the calls it makes.
 type leaderTermKey struct{}
 
+// laneTerm is the term of the lanes a call runs in, zero outside a lane.
+func laneTerm(ctx context.Context) uint64 {
+	term, _ := ctx.Value(leaderTermKey{}).(uint64)
+	return term
+}
+
 // controllerQuery addresses a controller call to cn, stamped with the term
 // of the lanes it runs in (none outside a lane).
 func controllerQuery(ctx context.Context, cn *structs.Node) structs.CSIControllerQuery {
-	term, _ := ctx.Value(leaderTermKey{}).(uint64)
-	return structs.CSIControllerQuery{ControllerNodeID: cn.ID, LeaderTerm: term}
+	return structs.CSIControllerQuery{ControllerNodeID: cn.ID, LeaderTerm: laneTerm(ctx)}
 }
 
 // applyRecordedFence narrows candidates by pluginID's fence in Raft, unless
