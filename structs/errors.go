@@ -83,6 +83,17 @@ var sentinelCodes = append(append([]sentinelCode{
 	sentinelCode{ErrInvalidRequest, "invalid_request"},
 )
 
+// Sentinels returns every sentinel error of this package, most specific
+// first (the order of sentinelCodes). Boundaries that translate errors
+// (the HTTP API's status table) walk it so that none is forgotten.
+func Sentinels() []error {
+	out := make([]error, len(sentinelCodes))
+	for i, sc := range sentinelCodes {
+		out[i] = sc.err
+	}
+	return out
+}
+
 // sentinelByCode is sentinelCodes the other way round.
 var sentinelByCode = func() map[string]error {
 	m := make(map[string]error, len(sentinelCodes))

@@ -17,10 +17,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
-	"github.com/roamhq/roam/client"
 	"github.com/roamhq/roam/internal/connlimit"
 	"github.com/roamhq/roam/internal/ratelog"
-	"github.com/roamhq/roam/nomad"
 	"github.com/roamhq/roam/structs"
 )
 
@@ -314,66 +312,6 @@ func (s *HTTPServer) writeJSON(w http.ResponseWriter, r *http.Request, obj any) 
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write(append(buf, '\n'))
-}
-
-// codedError is an error answered with a given HTTP status.
-type codedError struct {
-	code int
-	msg  string
-}
-
-func (e *codedError) Error() string { return e.msg }
-
-// badRequest is a 400 with msg.
-func badRequest(format string, args ...any) error {
-	return &codedError{code: http.StatusBadRequest, msg: fmt.Sprintf(format, args...)}
-}
-
-// errShuttingDown answers requests still waiting when the agent stops.
-var errShuttingDown = &codedError{code: http.StatusServiceUnavailable, msg: "agent is shutting down"}
-
-// errorStatus maps an error to its HTTP status and the message to answer
-// with, following Nomad where it has an equivalent.
-func errorStatus(err error) (int, string) {
-	var coded *codedError
-	switch {
-	case errors.As(err, &coded):
-		return coded.code, coded.msg
-	case errors.Is(err, structs.ErrNoLeader):
-		// Nomad's exact text: clients match on it to retry.
-		return http.StatusInternalServerError, "No cluster leader"
-	case errors.Is(err, structs.ErrEventsDropped):
-		return http.StatusGone, err.Error()
-	case errors.Is(err, structs.ErrPermissionDenied):
-		// An ACL denial answers Nomad's text; other denials say why.
-		if err.Error() == structs.ErrPermissionDenied.Error() {
-			return http.StatusForbidden, "Permission denied"
-		}
-		return http.StatusForbidden, err.Error()
-	case errors.Is(err, structs.ErrUnknownNode), errors.Is(err, structs.ErrNotFound):
-		return http.StatusNotFound, err.Error()
-	case errors.Is(err, structs.ErrInvalidRequest), errors.Is(err, structs.ErrAmbiguousPrefix),
-		errors.Is(err, structs.ErrWrongRegion),
-		// The plugin's INVALID_ARGUMENT or OUT_OF_RANGE: the caller's
-		// input (a capacity no provider has, say), not a server failure.
-		errors.Is(err, structs.ErrCSIInvalidArgument):
-		return http.StatusBadRequest, err.Error()
-	case errors.Is(err, structs.ErrShutdown), errors.Is(err, nomad.ErrServerClosed),
-		errors.Is(err, client.ErrShutdown):
-		return http.StatusServiceUnavailable, err.Error()
-	}
-	return http.StatusInternalServerError, err.Error()
-}
-
-func (s *HTTPServer) writeError(w http.ResponseWriter, err error) {
-	code, msg := errorStatus(err)
-	if code >= http.StatusInternalServerError {
-		s.logger.Warn("request failed", "status", code, "error", err)
-	}
-	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-	w.Header().Set("X-Content-Type-Options", "nosniff")
-	w.WriteHeader(code)
-	_, _ = fmt.Fprintln(w, msg)
 }
 
 // parseQuery reads Nomad's read parameters: index and wait (blocking
