@@ -115,6 +115,10 @@ type allocRunner struct {
 	// stopReason is set when the servers stop the allocation while tasks
 	// still run.
 	stopReason string
+	// localStop is why the client stopped the allocation on its own (see
+	// stopOnOwn), read back from the state DB after a restart; empty when
+	// it did not.
+	localStop string
 	// killedAll is set once every task has been told to die.
 	killedAll  bool
 	lastStatus string
@@ -167,6 +171,9 @@ func newAllocRunner(cfg allocRunnerConfig) *allocRunner {
 		ar.setupErr = fmt.Errorf("job %q has no task group %q", alloc.JobID, alloc.TaskGroup)
 	case len(tg.Volumes) > 0 && cfg.hook == nil:
 		ar.setupErr = fmt.Errorf("group %q requests volumes, but this client has no volume support", tg.Name)
+	}
+	if cfg.restored != nil {
+		ar.localStop = cfg.restored.LocalStop
 	}
 	if tg == nil {
 		return ar
@@ -257,9 +264,18 @@ func (ar *allocRunner) run(ctx context.Context) {
 	// volumes are neither claimed again nor re-established: that waits on
 	// the servers and the plugins, and must not hold up the kill. The
 	// servers release the claims of the stopped allocation.
-	stopped := ar.stopWanted()
+	// The same holds for a stop the client chose itself (the outage
+	// stop): nobody else would repeat it.
+	stopped, reason := ar.stopWanted(), "stopped by server"
+	if !stopped {
+		ar.mu.Lock()
+		if ar.localStop != "" {
+			stopped, reason = true, ar.localStop
+		}
+		ar.mu.Unlock()
+	}
 	if stopped {
-		ar.stop("stopped by server")
+		ar.stop(reason)
 	}
 	err := ar.setupErr
 	if err == nil && !stopped {
@@ -457,6 +473,30 @@ func (ar *allocRunner) stopWanted() bool {
 		return true
 	}
 	return false
+}
+
+// stopOnOwn stops the allocation on the client's own decision, not the
+// servers': the stop is recorded first, so that a client restarted inside
+// the kill timeout finishes the kill instead of running the tasks again
+// (the servers, which still want the allocation running, never say stop).
+func (ar *allocRunner) stopOnOwn(reason string) {
+	if reason == "" {
+		reason = "stopped by the client"
+	}
+	ar.mu.Lock()
+	first := ar.localStop == ""
+	if first {
+		ar.localStop = reason
+	}
+	ar.mu.Unlock()
+	if first {
+		if err := ar.db.putLocalStop(ar.id, reason); err != nil {
+			// The kill goes ahead: a stop that is not recorded is still
+			// better than a writer left running.
+			ar.logger.Error("failed to persist the client's stop", "error", err)
+		}
+	}
+	ar.stop(reason)
 }
 
 // stop kills every task without waiting.

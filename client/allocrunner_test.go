@@ -822,6 +822,43 @@ func TestAllocRunner_StopCutShortByClientRestart(t *testing.T) {
 	must.SliceEmpty(t, hook.calls(&hook.remounted))
 }
 
+// The client's own outage stop, cut short by a client restart, is finished
+// once the client is back: the servers still want the allocation running
+// and never say stop, so the stop must come from the client's state DB.
+// Running the task again instead would put a writer back on a volume the
+// servers are about to free.
+func TestAllocRunner_OutageStopCutShortByClientRestart(t *testing.T) {
+	dataDir := t.TempDir()
+	srv := newFakeServer(uuid.NewString())
+	hook := &fakeVolumes{dir: t.TempDir()}
+	m1, run := runVolumeAlloc(t, srv, dataDir, hook, stubbornTask("writer", 3*time.Second))
+	alloc, sharedDir, pid := run.alloc, run.sharedDir, run.pid
+
+	// Cut off, the client stops its volume holders; the task ignores the
+	// signal, and the client dies inside the kill timeout.
+	must.Eq(t, []string{alloc.ID}, m1.stopVolumeHolders("no server reached for 10s"))
+	must.Wait(t, wait.InitialSuccess(
+		wait.BoolFunc(func() bool {
+			return countEvents(m1.getRunner(alloc.ID).lookupTask("writer").taskState(), structs.TaskEventKilling) == 1
+		}),
+		wait.Timeout(10*time.Second), wait.Gap(10*time.Millisecond),
+	))
+	m1.stop()
+	must.True(t, processAlive(pid), must.Sprint("the task ignores its kill signal; only the client's SIGKILL ends it"))
+	must.EqOp(t, structs.AllocDesiredStatusRun, srv.alloc(alloc.ID).DesiredStatus)
+
+	// Back up, the servers still out of reach.
+	hook.mu.Lock()
+	hook.remountBlocks = true
+	hook.mu.Unlock()
+	startTestManager(t, srv, dataDir, hook)
+	got := waitStatus(t, srv, alloc.ID, structs.AllocClientStatusComplete)
+	must.False(t, processAlive(pid), must.Sprint("the first copy was never killed"))
+	must.Eq(t, "start\n", waitFile(t, filepath.Join(sharedDir, "starts")),
+		must.Sprintf("the task was started again: %s", describeTasks(got.TaskStates)))
+	must.Eq(t, []string{alloc.ID}, hook.calls(&hook.mounted), must.Sprint("a stopped allocation claimed its volumes again"))
+}
+
 // A restored allocation that the servers stopped before the restart, and
 // whose task is no longer running, is neither started nor mounted again:
 // its volumes are only released.

@@ -178,7 +178,7 @@ func (m *allocManager) stopVolumeHolders(reason string) []string {
 	var ids []string
 	for _, ar := range m.volumeHolders() {
 		ids = append(ids, ar.id)
-		ar.stop(reason)
+		ar.stopOnOwn(reason)
 	}
 	return ids
 }

@@ -44,6 +44,10 @@ var (
 	bucketState  = []byte("state")
 	bucketHandle = []byte("handle")
 	keyAlloc     = []byte("alloc")
+	// keyLocalStop, in an allocation's bucket, is the reason the client
+	// itself stopped the allocation (the outage stop), kept so that a
+	// restart carries the stop out instead of running the tasks again.
+	keyLocalStop = []byte("local-stop")
 	keyVersion   = []byte("version")
 	keyCSITerm   = []byte("csi-leader-term")
 	keyContact   = []byte("last-contact")
@@ -72,6 +76,9 @@ type restoredAlloc struct {
 	Alloc   *structs.Allocation
 	Tasks   map[string]*localTaskState
 	Handles map[string]*rawexec.HandleState
+	// LocalStop is why the client stopped the allocation on its own;
+	// empty when it did not.
+	LocalStop string
 }
 
 // errStateDBVersion is returned for a state DB of another schema version:
@@ -316,6 +323,25 @@ func (s *stateDB) putAlloc(alloc *structs.Allocation) error {
 	return nil
 }
 
+// putLocalStop records that the client stopped the allocation on its own,
+// and why. It is never cleared: a stopped allocation does not run again
+// here, and its record goes with the allocation's bucket. An allocation
+// already forgotten (deleteAlloc) is left forgotten: a bucket made here
+// would hold no allocation record.
+func (s *stateDB) putLocalStop(allocID, reason string) error {
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketAllocs).Bucket([]byte(allocID))
+		if b == nil {
+			return nil
+		}
+		return b.Put(keyLocalStop, []byte(reason))
+	})
+	if err != nil {
+		return fmt.Errorf("state db: put local stop %s: %w", allocID, err)
+	}
+	return nil
+}
+
 // putTask records a task's state and, in the same transaction, its handle:
 // handle nil removes a stored one.
 func (s *stateDB) putTask(allocID, task string, st *localTaskState, handle *rawexec.HandleState) error {
@@ -399,6 +425,7 @@ func decodeAllocBucket(b *bolt.Bucket) (*restoredAlloc, error) {
 	if err := structs.Decode(raw, ra.Alloc); err != nil {
 		return nil, fmt.Errorf("decode allocation: %w", err)
 	}
+	ra.LocalStop = string(b.Get(keyLocalStop))
 	var errs []string
 	if sb := b.Bucket(bucketState); sb != nil {
 		_ = sb.ForEach(func(k, v []byte) error {
