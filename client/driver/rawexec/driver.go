@@ -199,6 +199,15 @@ func (d *Driver) Start(ctx context.Context, cfg TaskConfig) (*Handle, error) {
 	if err := os.MkdirAll(exeDir, 0o755); err != nil {
 		return fail(fmt.Errorf("create task dir: %w", err))
 	}
+	lock, err := lockExecutorDir(exeDir)
+	if errors.Is(err, errExecutorLives) {
+		return d.adopt(ctx, cfg, exeDir)
+	}
+	if err != nil {
+		return fail(err)
+	}
+	// From cmd.Start on, the executor's copy holds the lock (see lock.go).
+	defer lock.Close()
 	var cred *taskCredential
 	if cfg.User != "" {
 		uid, gid, err := LookupUser(cfg.User)
@@ -218,6 +227,7 @@ func (d *Driver) Start(ctx context.Context, cfg TaskConfig) (*Handle, error) {
 		StderrPath: absOr(cfg.StderrPath, dir, "stderr.log"),
 		StatePath:  filepath.Join(exeDir, "state.json"),
 		ExitPath:   filepath.Join(exeDir, "exit.json"),
+		LockFD:     executorLockFD,
 	}
 	if err := d.clearPrevious(spec.StatePath, spec.ExitPath); err != nil {
 		return fail(err)
@@ -238,6 +248,8 @@ func (d *Driver) Start(ctx context.Context, cfg TaskConfig) (*Handle, error) {
 		Dir:    dir,
 		Stdout: logFile,
 		Stderr: logFile,
+		// The executor lock, as executorLockFD.
+		ExtraFiles: []*os.File{lock},
 		// A session of its own from the first instruction, so nothing aimed
 		// at the client's process group or terminal reaches it.
 		SysProcAttr: &syscall.SysProcAttr{Setsid: true},

@@ -28,6 +28,10 @@ type executorSpec struct {
 	ExitPath   string
 	// Credential, when set, is who the task runs as.
 	Credential *taskCredential `json:",omitempty"`
+	// LockFD is the executor lock's descriptor, inherited from the driver
+	// and held until the executor exits (see lock.go); 0 when there is
+	// none.
+	LockFD int `json:",omitempty"`
 }
 
 // taskCredential is the user and group a task runs as, with no
@@ -79,6 +83,11 @@ func RunExecutor(specPath string) int {
 		return 1
 	}
 	logger = logger.With("task_id", spec.ID)
+	if spec.LockFD > 0 {
+		// The lock is the executor's alone: a task that inherited it would
+		// hold it past the executor's death.
+		syscall.CloseOnExec(spec.LockFD)
+	}
 
 	res, err := runTask(logger, &spec)
 	if err != nil {
