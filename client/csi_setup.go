@@ -33,7 +33,9 @@ func (c *Client) setupCSI() error {
 		// Bounds the node plugin calls and the servers' NodeDetachVolume
 		// requests: a hung plugin holds up only its own volumes.
 		NodeCallTimeout: c.config.CSINodeCallTimeout,
-		Logger:          c.logger,
+		// What is mounted outlives a client restart: see csiVolumeManager.
+		Store:  c.db,
+		Logger: c.logger,
 	})
 	ids := make([]string, 0, len(c.config.CSIPlugins))
 	for id := range c.config.CSIPlugins {

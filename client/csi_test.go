@@ -805,3 +805,74 @@ func TestClient_HeartbeatResetsTermOfRebuiltServers(t *testing.T) {
 	must.Eq(t, uint64(3), m.LeaderTerm())
 	must.ErrorIs(t, m.admitTerm("hp", "ControllerPublishVolume", 2), structs.ErrStaleLeaderTerm)
 }
+
+// A client restarted with two allocations sharing a staged volume: the
+// servers' NodeDetachVolume for the one that stopped must not unstage the
+// volume under the other, whose tasks still run on it, before that one's
+// Remount re-records it. The state DB's record of the mounts is what the
+// restarted manager knows them by.
+func TestCSIVolumes_DetachAfterRestartKeepsSharedStaging(t *testing.T) {
+	s := newTestVolumeSetup(t)
+	ext := createVolume(t, s.ep, "hp", "shared-restart")
+	db, err := openStateDB(t.TempDir())
+	must.NoError(t, err)
+	t.Cleanup(func() { _ = db.close() })
+	stopped := testAlloc("node-h", structs.JobTypeService, nil, shTask("t", "true"))
+	running := testAlloc("node-h", structs.JobTypeService, nil, shTask("t", "true"))
+	for _, a := range []*structs.Allocation{stopped, running} {
+		must.NoError(t, db.putAlloc(a))
+	}
+	cfg := s.vols.cfg
+	cfg.Store = db
+	before := newCSIVolumeManager(cfg)
+	for _, a := range []*structs.Allocation{stopped, running} {
+		_, err := before.Mount(context.Background(), a, volumeRequest(ext))
+		must.NoError(t, err)
+	}
+
+	// The client restarts: a new manager on the same data dir and DB.
+	after := newCSIVolumeManager(cfg)
+	ep := &ClientCSI{mgr: cfg.Plugins, vols: after}
+	req := &structs.ClientCSINodeDetachVolumeRequest{PluginID: "hp", VolumeID: "roam-" + ext, ExternalID: ext, AllocID: stopped.ID}
+	var resp structs.ClientCSINodeDetachVolumeResponse
+	must.NoError(t, ep.NodeDetachVolume(req, &resp))
+	st := readHostpathState(t, s.stateDir).Nodes["node-h"]
+	must.MapContainsKey(t, st.Staged, ext, must.Sprint("unstaged under the running allocation"))
+	must.MapLen(t, 1, st.Published[ext])
+
+	// The running one's Remount re-establishes it; its stop then unstages
+	// the volume, though this manager never staged it itself.
+	_, err = after.Remount(context.Background(), running, volumeRequest(ext))
+	must.NoError(t, err)
+	must.NoError(t, after.Unmount(context.Background(), running))
+	st = readHostpathState(t, s.stateDir).Nodes["node-h"]
+	must.MapEmpty(t, st.Published)
+	must.MapEmpty(t, st.Staged)
+	mounts, errs := db.csiMounts()
+	must.SliceEmpty(t, errs)
+	must.MapEmpty(t, mounts)
+}
+
+// A restored allocation that is stopped before any Remount (the servers
+// stopped it while the client was down) unstages the volume it was the
+// last user of: the restarted manager does not know whether it is staged,
+// and must not leave it staged behind the released claim.
+func TestCSIVolumes_UnmountAfterRestartUnstages(t *testing.T) {
+	s := newTestVolumeSetup(t)
+	ext := createVolume(t, s.ep, "hp", "restart-unmount")
+	db, err := openStateDB(t.TempDir())
+	must.NoError(t, err)
+	t.Cleanup(func() { _ = db.close() })
+	alloc := testAlloc("node-h", structs.JobTypeService, nil, shTask("t", "true"))
+	must.NoError(t, db.putAlloc(alloc))
+	cfg := s.vols.cfg
+	cfg.Store = db
+	_, err = newCSIVolumeManager(cfg).Mount(context.Background(), alloc, volumeRequest(ext))
+	must.NoError(t, err)
+
+	after := newCSIVolumeManager(cfg)
+	must.NoError(t, after.Unmount(context.Background(), alloc))
+	st := readHostpathState(t, s.stateDir).Nodes["node-h"]
+	must.MapEmpty(t, st.Published)
+	must.MapEmpty(t, st.Staged, must.Sprint("left staged behind the released claim"))
+}

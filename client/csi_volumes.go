@@ -55,7 +55,18 @@ type csiVolumeManagerConfig struct {
 	// server's NodeDetachVolume request. Zero means
 	// defaultCSINodeCallTimeout.
 	NodeCallTimeout time.Duration
-	Logger          hclog.Logger
+	// Store keeps the record of what is mounted across a client restart;
+	// nil keeps it in memory only.
+	Store  csiMountStore
+	Logger hclog.Logger
+}
+
+// csiMountStore is where a volume manager records its mounts (the
+// client's state DB).
+type csiMountStore interface {
+	putCSIMount(allocID, name string, mnt *csiAllocMount) error
+	deleteCSIMount(allocID, name string) error
+	csiMounts() (map[string]map[string]*csiAllocMount, []error)
 }
 
 // defaultCSIPluginWait is PluginWait when unset.
@@ -79,8 +90,12 @@ const defaultCSINodeCallTimeout = 50 * time.Second
 //	staging/<volume>              the volume's staging path
 //	per-alloc/<alloc>/<volume>    an allocation's target path
 //
-// What is mounted is kept in memory only: a restarted client learns
-// nothing of earlier mounts, but NodeDetachVolume rebuilds the paths.
+// What is mounted is recorded in the Store, and a restarted client starts
+// from that record: until a restored allocation's Remount re-establishes
+// its volumes, the record is what keeps a servers' NodeDetachVolume for
+// another allocation from unstaging a volume the restored one's tasks
+// still use. A mount the record lacks (a Store write that failed),
+// NodeDetachVolume rebuilds from the servers' IDs.
 type csiVolumeManager struct {
 	cfg    csiVolumeManagerConfig
 	logger hclog.Logger
@@ -101,6 +116,10 @@ type csiVolumeUse struct {
 
 	staged bool
 	users  map[string]bool // alloc IDs it is published for
+	// restored is set while the volume's users come from the Store's
+	// record of an earlier client: whether it is staged is not known, so
+	// its last user's unmount unstages it whatever staged says.
+	restored bool
 }
 
 // csiAllocMount is one volume mounted for an allocation.
@@ -121,11 +140,73 @@ func newCSIVolumeManager(cfg csiVolumeManagerConfig) *csiVolumeManager {
 	if cfg.NodeCallTimeout <= 0 {
 		cfg.NodeCallTimeout = defaultCSINodeCallTimeout
 	}
-	return &csiVolumeManager{
+	m := &csiVolumeManager{
 		cfg:     cfg,
 		logger:  cfg.Logger.Named("csi_volumes"),
 		volumes: map[string]*csiVolumeUse{},
 		allocs:  map[string]map[string]*csiAllocMount{},
+	}
+	if cfg.Store != nil {
+		m.restore()
+	}
+	return m
+}
+
+// restore starts from the Store's record of an earlier client's mounts.
+func (m *csiVolumeManager) restore() {
+	mounts, errs := m.cfg.Store.csiMounts()
+	for _, err := range errs {
+		m.logger.Error("skipping an unreadable record of mounted volumes", "error", err)
+	}
+	for allocID, byName := range mounts {
+		for name, mnt := range byName {
+			if mnt == nil {
+				continue
+			}
+			if m.allocs[allocID] == nil {
+				m.allocs[allocID] = map[string]*csiAllocMount{}
+			}
+			m.allocs[allocID][name] = mnt
+			key := mnt.PluginID + "/" + mnt.VolumeID
+			u := m.volumes[key]
+			if u == nil {
+				u = &csiVolumeUse{sem: make(chan struct{}, 1), users: map[string]bool{}}
+				m.volumes[key] = u
+			}
+			u.users[allocID] = true
+			u.restored = true
+		}
+	}
+}
+
+// recordMount keeps the manager's record of one mount, in memory and in
+// the Store.
+func (m *csiVolumeManager) recordMount(allocID, name string, mnt *csiAllocMount) {
+	m.mu.Lock()
+	if m.allocs[allocID] == nil {
+		m.allocs[allocID] = map[string]*csiAllocMount{}
+	}
+	m.allocs[allocID][name] = mnt
+	m.mu.Unlock()
+	if m.cfg.Store != nil {
+		if err := m.cfg.Store.putCSIMount(allocID, name, mnt); err != nil {
+			m.logger.Error("failed to record a mounted volume", "alloc_id", allocID, "volume", name, "error", err)
+		}
+	}
+}
+
+// forgetMount drops the record of one mount.
+func (m *csiVolumeManager) forgetMount(allocID, name string) {
+	m.mu.Lock()
+	delete(m.allocs[allocID], name)
+	if len(m.allocs[allocID]) == 0 {
+		delete(m.allocs, allocID)
+	}
+	m.mu.Unlock()
+	if m.cfg.Store != nil {
+		if err := m.cfg.Store.deleteCSIMount(allocID, name); err != nil {
+			m.logger.Error("failed to forget a mounted volume", "alloc_id", allocID, "volume", name, "error", err)
+		}
 	}
 }
 
@@ -415,13 +496,7 @@ func (m *csiVolumeManager) mountOne(ctx context.Context, alloc *structs.Allocati
 		return "", err
 	}
 	u.users[alloc.ID] = true
-
-	m.mu.Lock()
-	if m.allocs[alloc.ID] == nil {
-		m.allocs[alloc.ID] = map[string]*csiAllocMount{}
-	}
-	m.allocs[alloc.ID][name] = &csiAllocMount{PluginID: vol.PluginID, VolumeID: vol.ID, ExternalID: vol.ExternalID, Target: target}
-	m.mu.Unlock()
+	m.recordMount(alloc.ID, name, &csiAllocMount{PluginID: vol.PluginID, VolumeID: vol.ID, ExternalID: vol.ExternalID, Target: target})
 	m.logger.Debug("published volume", "volume_id", vol.ID, "alloc_id", alloc.ID, "target", target)
 	return target, nil
 }
@@ -446,12 +521,7 @@ func (m *csiVolumeManager) Unmount(ctx context.Context, alloc *structs.Allocatio
 			errs = append(errs, fmt.Errorf("volume %q: %w", name, err))
 			continue
 		}
-		m.mu.Lock()
-		delete(m.allocs[alloc.ID], name)
-		if len(m.allocs[alloc.ID]) == 0 {
-			delete(m.allocs, alloc.ID)
-		}
-		m.mu.Unlock()
+		m.forgetMount(alloc.ID, name)
 		if m.cfg.Release != nil {
 			if err := m.cfg.Release(ctx, alloc, mnt.VolumeID); err != nil {
 				errs = append(errs, fmt.Errorf("volume %q: release claim: %w", name, err))
@@ -483,7 +553,7 @@ func (m *csiVolumeManager) unmountOne(ctx context.Context, allocID string, mnt *
 		return err
 	}
 	delete(u.users, allocID)
-	if len(u.users) > 0 || (!u.staged && !unknown) {
+	if len(u.users) > 0 || (!u.staged && !unknown && !u.restored) {
 		return nil
 	}
 	cctx, cancel = m.callCtx(ctx)
@@ -493,7 +563,7 @@ func (m *csiVolumeManager) unmountOne(ctx context.Context, allocID string, mnt *
 		return err
 	}
 	if !nodeRequiresStage(caps) {
-		u.staged = false
+		u.staged, u.restored = false, false
 		return nil
 	}
 	staging, err := m.stagingPath(mnt.PluginID, mnt.VolumeID)
@@ -509,7 +579,7 @@ func (m *csiVolumeManager) unmountOne(ctx context.Context, allocID string, mnt *
 	if err != nil && !errors.Is(err, structs.ErrCSINotFound) {
 		return err
 	}
-	u.staged = false
+	u.staged, u.restored = false, false
 	m.logger.Debug("unstaged volume", "volume_id", mnt.VolumeID, "plugin_id", mnt.PluginID)
 	return nil
 }
@@ -554,12 +624,7 @@ func (m *csiVolumeManager) detach(ctx context.Context, args *structs.ClientCSINo
 		return err
 	}
 	if !unknown {
-		m.mu.Lock()
-		delete(m.allocs[args.AllocID], name)
-		if len(m.allocs[args.AllocID]) == 0 {
-			delete(m.allocs, args.AllocID)
-		}
-		m.mu.Unlock()
+		m.forgetMount(args.AllocID, name)
 	}
 	return nil
 }

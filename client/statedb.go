@@ -48,6 +48,9 @@ var (
 	// itself stopped the allocation (the outage stop), kept so that a
 	// restart carries the stop out instead of running the tasks again.
 	keyLocalStop = []byte("local-stop")
+	// keyCSIMounts, in an allocation's bucket, is the CSI volumes mounted
+	// for it, by volume name (see csiVolumeManager).
+	keyCSIMounts = []byte("csi-mounts")
 	keyVersion   = []byte("version")
 	keyCSITerm   = []byte("csi-leader-term")
 	keyContact   = []byte("last-contact")
@@ -340,6 +343,71 @@ func (s *stateDB) putLocalStop(allocID, reason string) error {
 		return fmt.Errorf("state db: put local stop %s: %w", allocID, err)
 	}
 	return nil
+}
+
+// updateCSIMounts changes the allocation's recorded CSI mounts with fn.
+// An allocation already forgotten is left forgotten, as in putLocalStop.
+func (s *stateDB) updateCSIMounts(allocID string, fn func(map[string]*csiAllocMount)) error {
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketAllocs).Bucket([]byte(allocID))
+		if b == nil {
+			return nil
+		}
+		mounts := map[string]*csiAllocMount{}
+		if raw := b.Get(keyCSIMounts); raw != nil {
+			if err := structs.Decode(raw, &mounts); err != nil {
+				return fmt.Errorf("decode csi mounts: %w", err)
+			}
+		}
+		fn(mounts)
+		if len(mounts) == 0 {
+			return b.Delete(keyCSIMounts)
+		}
+		buf, err := encodeMsgpack(mounts)
+		if err != nil {
+			return err
+		}
+		return b.Put(keyCSIMounts, buf)
+	})
+	if err != nil {
+		return fmt.Errorf("state db: csi mounts of %s: %w", allocID, err)
+	}
+	return nil
+}
+
+// putCSIMount records that a volume is mounted for an allocation.
+func (s *stateDB) putCSIMount(allocID, name string, mnt *csiAllocMount) error {
+	return s.updateCSIMounts(allocID, func(m map[string]*csiAllocMount) { m[name] = mnt })
+}
+
+// deleteCSIMount forgets one of an allocation's mounts.
+func (s *stateDB) deleteCSIMount(allocID, name string) error {
+	return s.updateCSIMounts(allocID, func(m map[string]*csiAllocMount) { delete(m, name) })
+}
+
+// csiMounts reads back every allocation's recorded mounts. A record that
+// cannot be decoded is reported in errs and skipped.
+func (s *stateDB) csiMounts() (mounts map[string]map[string]*csiAllocMount, errs []error) {
+	mounts = map[string]map[string]*csiAllocMount{}
+	_ = s.db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketAllocs).ForEach(func(k, v []byte) error {
+			if v != nil {
+				return nil // not a bucket
+			}
+			raw := tx.Bucket(bucketAllocs).Bucket(k).Get(keyCSIMounts)
+			if raw == nil {
+				return nil
+			}
+			m := map[string]*csiAllocMount{}
+			if err := structs.Decode(raw, &m); err != nil {
+				errs = append(errs, fmt.Errorf("state db: csi mounts of %s: %w", k, err))
+				return nil
+			}
+			mounts[string(k)] = m
+			return nil
+		})
+	})
+	return mounts, errs
 }
 
 // putTask records a task's state and, in the same transaction, its handle:
