@@ -3,6 +3,7 @@ package nomad
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 
@@ -36,7 +37,28 @@ const (
 	// one job otherwise carry 10,000 copies of it, which made up most of
 	// the snapshot, of its decode time and of a restored server's heap.
 	snapAllocShared
+	// snapVersion carries the stream's format version (a uint). It is the
+	// first record of every stream written since versions began, and may
+	// be nowhere else: a version read after some records would come too
+	// late to say how to read them.
+	snapVersion
 )
+
+// snapshotFormatVersion is the format version of the snapshot stream this
+// build writes, and the newest it reads. Bump it when a change to the
+// stream cannot be read by an older build (a new record type, a record
+// whose body an older build would misread), so that the older build
+// refuses the stream by name instead of failing on, or misreading, some
+// record in the middle of it. A change an older build reads correctly (a
+// new field that msgpack skips) leaves it. A stream without a version
+// record is from a build before versions, version 0, and reads as it
+// always did.
+const snapshotFormatVersion uint = 1
+
+// ErrSnapshotNewer is wrapped by the error for a snapshot stream (or
+// snapshot file) in a format newer than this build reads: no older build
+// can restore it, only an upgraded one.
+var ErrSnapshotNewer = errors.New("upgrade this server first")
 
 // Snapshot captures the store as it is now; Persist streams it later
 // without blocking Apply.
@@ -133,10 +155,19 @@ func decodeSnapshot(r io.Reader, restore *state.Restore) (map[string]int, error)
 		r = bufio.NewReaderSize(r, snapshotReadBuffer)
 	}
 	d := &snapshotDecoder{dec: codec.NewDecoder(r, structs.MsgpackHandle), restore: restore}
-	for {
+	for first := true; ; first = false {
 		var rec snapshotRecord
 		if err := d.dec.Decode(&rec); err != nil {
 			return nil, fmt.Errorf("fsm: restore: read record type: %w", err)
+		}
+		if rec == snapVersion {
+			if !first {
+				return nil, fmt.Errorf("fsm: restore: format version record after the first record")
+			}
+			if err := d.checkVersion(); err != nil {
+				return nil, err
+			}
+			continue
 		}
 		if rec == snapEnd {
 			return counts, nil
@@ -163,6 +194,20 @@ type snapshotDecoder struct {
 	restore *state.Restore // nil: decode and count only
 	// jobs are the snapAllocJob records so far, by ordinal.
 	jobs []*structs.Job
+}
+
+// checkVersion reads a snapVersion record's body and refuses a format
+// newer than this build's, before any record of it is misread.
+func (d *snapshotDecoder) checkVersion() error {
+	var v uint
+	if err := d.dec.Decode(&v); err != nil {
+		return fmt.Errorf("fsm: restore: read format version: %w", err)
+	}
+	if v > snapshotFormatVersion {
+		return fmt.Errorf("fsm: restore: snapshot format version %d is newer than this build reads (%d): %w",
+			v, snapshotFormatVersion, ErrSnapshotNewer)
+	}
+	return nil
 }
 
 // sharedAlloc is a snapAllocShared record's body.
@@ -273,6 +318,9 @@ func (s *fsmSnapshot) persist(w io.Writer) error {
 		return nil
 	}
 
+	if err := write(snapVersion, snapshotFormatVersion); err != nil {
+		return err
+	}
 	indexes, err := s.snap.Indexes()
 	if err != nil {
 		return err

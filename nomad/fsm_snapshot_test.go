@@ -2,6 +2,7 @@ package nomad
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"testing"
 
@@ -149,6 +150,120 @@ func TestFSM_RestoreRefusesUnknownAllocJob(t *testing.T) {
 			kept, err := f.State().AllocByID(nil, "keep")
 			must.NoError(t, err)
 			must.NotNil(t, kept)
+		})
+	}
+}
+
+// versionRecord is a snapVersion record carrying v.
+func versionRecord(t *testing.T, v uint) []byte {
+	t.Helper()
+	return msgpackBytes(t, snapVersion, v)
+}
+
+// stripVersion cuts the version record off a stream this build wrote,
+// leaving it as a build before versions wrote it.
+func stripVersion(t *testing.T, body []byte) []byte {
+	t.Helper()
+	rec := versionRecord(t, snapshotFormatVersion)
+	must.True(t, bytes.HasPrefix(body, rec), must.Sprint("stream does not start with its version record"))
+	return body[len(rec):]
+}
+
+// restoreRefused restores stream into an FSM holding a node, requires the
+// restore to fail and the FSM to keep its store as it was, and returns
+// the error.
+func restoreRefused(t *testing.T, stream []byte) error {
+	t.Helper()
+	dst := testFSM(t)
+	mustApply(t, dst, 1, structs.NodeRegisterRequestType, &structs.NodeRegisterRequest{Node: testNode("kept")})
+	before := contentsOf(t, dst.State())
+	old := dst.State()
+
+	err := dst.Restore(io.NopCloser(bytes.NewReader(stream)))
+	must.Error(t, err)
+	must.Eq(t, old, dst.State())
+	requireSameContents(t, before, contentsOf(t, dst.State()))
+	select {
+	case <-old.AbandonCh():
+		t.Fatal("a refused restore abandoned the live store")
+	default:
+	}
+	return err
+}
+
+// Every stream says its format version before anything else, so a build
+// that cannot read it can say so before reading any of it.
+func TestFSM_SnapshotStartsWithVersion(t *testing.T) {
+	src := testFSM(t)
+	populateFSM(t, src)
+	body := snapshotBytes(t, src)
+
+	dec := codec.NewDecoder(bytes.NewReader(body), structs.MsgpackHandle)
+	var rec snapshotRecord
+	must.NoError(t, dec.Decode(&rec))
+	must.Eq(t, snapVersion, rec)
+	var v uint
+	must.NoError(t, dec.Decode(&v))
+	must.Eq(t, snapshotFormatVersion, v)
+	must.Eq(t, 1, snapshotRecordCounts(t, body)[snapVersion])
+}
+
+// A stream from a build before versions restores as it always did.
+func TestFSM_RestoreLegacyStreamWithoutVersion(t *testing.T) {
+	src := testFSM(t)
+	populateFSM(t, src)
+	legacy := stripVersion(t, snapshotBytes(t, src))
+
+	dst := testFSM(t)
+	must.NoError(t, dst.Restore(io.NopCloser(bytes.NewReader(legacy))))
+	requireSameContents(t, contentsOf(t, src.State()), contentsOf(t, dst.State()))
+	_, err := countSnapshot(bytes.NewReader(legacy))
+	must.NoError(t, err)
+}
+
+// Versions up to this build's restore; a newer one is refused by name,
+// before any record of it is read, and the store keeps what it had.
+func TestFSM_RestoreFormatVersions(t *testing.T) {
+	src := testFSM(t)
+	populateFSM(t, src)
+	records := stripVersion(t, snapshotBytes(t, src))
+
+	for _, v := range []uint{0, snapshotFormatVersion} {
+		t.Run(fmt.Sprintf("version %d", v), func(t *testing.T) {
+			dst := testFSM(t)
+			must.NoError(t, dst.Restore(io.NopCloser(bytes.NewReader(concatBytes(versionRecord(t, v), records)))))
+			requireSameContents(t, contentsOf(t, src.State()), contentsOf(t, dst.State()))
+		})
+	}
+
+	t.Run("newer", func(t *testing.T) {
+		newer := snapshotFormatVersion + 1
+		stream := concatBytes(versionRecord(t, newer), records)
+		err := restoreRefused(t, stream)
+		must.ErrorIs(t, err, ErrSnapshotNewer)
+		must.EqError(t, err, fmt.Sprintf(
+			"fsm: restore: snapshot format version %d is newer than this build reads (%d): upgrade this server first",
+			newer, snapshotFormatVersion))
+		_, err = countSnapshot(bytes.NewReader(stream))
+		must.ErrorIs(t, err, ErrSnapshotNewer)
+	})
+}
+
+// The version record says how to read the records after it; one anywhere
+// but first is refused.
+func TestFSM_RestoreRefusesVersionMidStream(t *testing.T) {
+	v := versionRecord(t, snapshotFormatVersion)
+	node := msgpackBytes(t, snapNode, testNode("n1"))
+	end := msgpackBytes(t, snapEnd)
+	cases := map[string][]byte{
+		"after a record":  concatBytes(node, v, end),
+		"twice":           concatBytes(v, v, node, end),
+		"after the first": concatBytes(v, node, v, end),
+	}
+	for name, stream := range cases {
+		t.Run(name, func(t *testing.T) {
+			err := restoreRefused(t, stream)
+			must.ErrorContains(t, err, "format version record after the first record")
 		})
 	}
 }

@@ -85,6 +85,50 @@ func TestSnapshotFile_RefusesDamage(t *testing.T) {
 	})
 }
 
+// A file, or a body, from a newer build is refused as newer, not as
+// damaged: the fix is an upgrade, not another file.
+func TestSnapshotFile_RefusesNewerFormat(t *testing.T) {
+	f, file := testSnapshotFile(t)
+
+	newerFile := bytes.Clone(file)
+	newerFile[len(snapshotMagic)+1]++ // the low byte of the file version
+	body := stripVersion(t, snapshotBytes(t, f))
+	newerBody, err := encodeSnapshotFile(&SnapshotHeader{Index: 40, Term: 3, RaftVersion: 1, Region: "global"},
+		concatBytes(versionRecord(t, snapshotFormatVersion+1), body))
+	must.NoError(t, err)
+
+	cases := map[string]struct {
+		data []byte
+		want string
+	}{
+		"file": {newerFile, fmt.Sprintf("snapshot file format version %d is newer than this build reads (%d)",
+			snapshotFileVersion+1, snapshotFileVersion)},
+		"body": {newerBody, fmt.Sprintf("snapshot format version %d is newer than this build reads (%d)",
+			snapshotFormatVersion+1, snapshotFormatVersion)},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			_, _, err := ReadSnapshotFile(bytes.NewReader(tc.data), 0)
+			must.ErrorIs(t, err, ErrSnapshotNewer)
+			must.False(t, errors.Is(err, ErrSnapshotCorrupt), must.Sprintf("newer refused as corrupt: %v", err))
+			must.ErrorContains(t, err, tc.want)
+		})
+	}
+
+	// Through the restore RPC it is the caller's request that is refused
+	// (a 400 over HTTP), and nothing changes.
+	s := testServer(t, func(c *Config) { c.BootstrapExpect = 1 })
+	waitForLeader(t, s)
+	kept := testNode("kept")
+	registerNode(t, s, kept)
+	_, err = uploadSnapshot(s, newerBody)
+	must.ErrorIs(t, err, structs.ErrInvalidRequest)
+	must.ErrorContains(t, err, "upgrade this server first")
+	n, err := s.State().NodeByID(nil, kept.ID)
+	must.NoError(t, err)
+	must.NotNil(t, n)
+}
+
 // downloadSnapshot saves a snapshot through s the way the HTTP API does.
 func downloadSnapshot(t *testing.T, s *Server) []byte {
 	t.Helper()

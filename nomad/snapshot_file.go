@@ -24,7 +24,10 @@ import (
 // can be edited without the file being refused.
 
 const (
-	snapshotMagic       = "ROAMSNAP"
+	snapshotMagic = "ROAMSNAP"
+	// snapshotFileVersion versions the file's framing (magic, header,
+	// checksum); the body, the FSM's stream, carries its own
+	// snapshotFormatVersion.
 	snapshotFileVersion = 1
 	// maxSnapshotHeader bounds the JSON header; a real one is a few
 	// hundred bytes.
@@ -99,8 +102,9 @@ func encodeSnapshotFile(hdr *SnapshotHeader, body []byte) ([]byte, error) {
 // its checksum, and decodes its body completely (into a throwaway store)
 // to check that it restores and that its counts match the header. It
 // returns the header and the body. A file that fails any check is refused
-// with an error wrapping ErrSnapshotCorrupt, ErrSnapshotTruncated or
-// ErrSnapshotTooLarge.
+// with an error wrapping ErrSnapshotCorrupt, ErrSnapshotTruncated,
+// ErrSnapshotTooLarge, or ErrSnapshotNewer for a file (or body) in a
+// format newer than this build reads.
 func ReadSnapshotFile(r io.Reader, maxBytes int64) (*SnapshotHeader, []byte, error) {
 	if maxBytes <= 0 {
 		maxBytes = DefaultSnapshotMaxBytes
@@ -127,6 +131,11 @@ func parseSnapshotFile(file []byte) (*SnapshotHeader, []byte, error) {
 		return nil, nil, fmt.Errorf("%w: %d bytes, too short to hold a header", ErrSnapshotTruncated, len(file))
 	}
 	version := binary.BigEndian.Uint16(file[8:10])
+	if version > snapshotFileVersion {
+		// Not damage: a newer build wrote it, and only one reads it.
+		return nil, nil, fmt.Errorf("snapshot file format version %d is newer than this build reads (%d): %w",
+			version, snapshotFileVersion, ErrSnapshotNewer)
+	}
 	if version != snapshotFileVersion {
 		return nil, nil, fmt.Errorf("%w: file format version %d, this build reads %d", ErrSnapshotCorrupt, version, snapshotFileVersion)
 	}
@@ -164,6 +173,9 @@ func parseSnapshotFile(file []byte) (*SnapshotHeader, []byte, error) {
 	// was written restores: a restore that fails half-way inside Raft
 	// takes the server down, so every object is decoded here first.
 	_, counts, err := restoreStore(bytes.NewReader(body))
+	if errors.Is(err, ErrSnapshotNewer) {
+		return nil, nil, fmt.Errorf("snapshot body: %w", err)
+	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: body does not decode: %w", ErrSnapshotCorrupt, err)
 	}
