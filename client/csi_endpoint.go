@@ -112,6 +112,11 @@ func (e *ClientCSI) controllerCreateVolume(ctx context.Context, args *structs.Cl
 		}
 	}
 	return e.mgr.controllerCall(ctx, args.PluginID, "CreateVolume", args.LeaderTerm, func(ctx context.Context, p *csiPluginClient) error {
+		if args.SnapshotID != "" && args.CapacityMin == 0 {
+			if err := sizeFromSnapshot(ctx, p, args, req); err != nil {
+				return err
+			}
+		}
 		resp, err := p.CreateVolume(ctx, req)
 		if err != nil {
 			return err
@@ -126,6 +131,39 @@ func (e *ClientCSI) controllerCreateVolume(ctx context.Context, args *structs.Cl
 		}
 		return nil
 	})
+}
+
+// sizeFromSnapshot asks, for a create from a snapshot with no
+// capacity_min, for the snapshot's size rather than for 0 bytes, which
+// most providers refuse as smaller than the snapshot. The size comes from
+// the plugin's ListSnapshots, in the same lane slot as the create. A
+// plugin without ListSnapshots is asked as before and decides itself; a
+// snapshot larger than capacity_max is refused here, naming both sizes.
+func sizeFromSnapshot(ctx context.Context, p *csiPluginClient, args *structs.ClientCSIControllerCreateVolumeRequest, req *csi.CreateVolumeRequest) error {
+	resp, err := p.ListSnapshots(ctx, &csi.ListSnapshotsRequest{SnapshotId: args.SnapshotID, Secrets: args.Secrets})
+	if errors.Is(err, structs.ErrCSIUnimplemented) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("sizing volume %q from snapshot %q: %w", args.Name, args.SnapshotID, err)
+	}
+	var size int64 = -1
+	for _, ent := range resp.GetEntries() {
+		if snap := ent.GetSnapshot(); snap.GetSnapshotId() == args.SnapshotID {
+			size = snap.GetSizeBytes()
+		}
+	}
+	switch {
+	case size < 0:
+		return fmt.Errorf("%w: snapshot %q: plugin %q lists no such snapshot", structs.ErrCSINotFound, args.SnapshotID, args.PluginID)
+	case size == 0:
+		// The plugin does not know the size (the spec's 0); it decides.
+		return nil
+	case args.CapacityMax > 0 && size > args.CapacityMax:
+		return fmt.Errorf("%w: snapshot %q is %d bytes, more than capacity_max %d", structs.ErrCSIInvalidArgument, args.SnapshotID, size, args.CapacityMax)
+	}
+	req.CapacityRange = &csi.CapacityRange{RequiredBytes: size, LimitBytes: args.CapacityMax}
+	return nil
 }
 
 // ControllerDeleteVolume deletes a volume. Deleting an unknown volume

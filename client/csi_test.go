@@ -876,3 +876,51 @@ func TestCSIVolumes_UnmountAfterRestartUnstages(t *testing.T) {
 	must.MapEmpty(t, st.Published)
 	must.MapEmpty(t, st.Staged, must.Sprint("left staged behind the released claim"))
 }
+
+// A create from a snapshot without capacity_min asks the plugin for the
+// snapshot's size, not for 0 bytes: a plugin that, like most real ones,
+// refuses a volume smaller than its snapshot creates it.
+func TestClientCSI_CreateFromSnapshotAsksForItsSize(t *testing.T) {
+	_, _, ep := hostpathEndpoint(t, "node-a", func(c *hostpath.Config) { c.StrictSourceSize = true })
+	src := createVolume(t, ep, "hp", "source") // 1 MiB
+	var snap structs.ClientCSIControllerCreateSnapshotResponse
+	must.NoError(t, ep.ControllerCreateSnapshot(&structs.ClientCSIControllerCreateSnapshotRequest{
+		PluginID: "hp", ExternalVolumeID: src, Name: "snap",
+	}, &snap))
+	must.Eq(t, int64(1<<20), snap.Snapshot.SizeBytes)
+
+	create := func(name, snapshotID string, min, max int64) (*structs.ClientCSIControllerCreateVolumeResponse, error) {
+		var resp structs.ClientCSIControllerCreateVolumeResponse
+		err := ep.ControllerCreateVolume(&structs.ClientCSIControllerCreateVolumeRequest{
+			PluginID: "hp", Name: name, SnapshotID: snapshotID, CapacityMin: min, CapacityMax: max,
+			Capabilities: []*structs.CSIVolumeCapability{{
+				AccessMode: structs.CSIAccessModeSingleNodeWriter, AttachmentMode: structs.CSIAttachmentModeFilesystem,
+			}},
+		}, &resp)
+		return &resp, err
+	}
+
+	resp, err := create("restored", snap.Snapshot.ID, 0, 0)
+	must.NoError(t, err)
+	must.Eq(t, snap.Snapshot.SizeBytes, resp.CapacityBytes)
+
+	// capacity_max alone still bounds it, and a snapshot over it is
+	// refused by name before the plugin is asked to create anything.
+	resp, err = create("bounded", snap.Snapshot.ID, 0, 2<<20)
+	must.NoError(t, err)
+	must.Eq(t, snap.Snapshot.SizeBytes, resp.CapacityBytes)
+	_, err = create("too-small", snap.Snapshot.ID, 0, 1<<19)
+	must.ErrorIs(t, err, structs.ErrCSIInvalidArgument)
+	must.ErrorContains(t, err, fmt.Sprintf("snapshot %q is 1048576 bytes, more than capacity_max 524288", snap.Snapshot.ID))
+
+	// An unknown snapshot is named as such.
+	_, err = create("orphan", "snap-unknown", 0, 0)
+	must.ErrorIs(t, err, structs.ErrCSINotFound)
+	must.ErrorContains(t, err, `snapshot "snap-unknown": plugin "hp" lists no such snapshot`)
+
+	// A capacity_min the caller gave is the caller's: under the snapshot's
+	// size, the plugin refuses it.
+	_, err = create("explicit", snap.Snapshot.ID, 1<<19, 0)
+	must.ErrorIs(t, err, structs.ErrCSIInvalidArgument)
+	must.ErrorContains(t, err, "greater than the requested volume size 524288")
+}

@@ -60,6 +60,7 @@ func runPluginCSIHostpath(args []string, out, errOut io.Writer) int {
 	fs.DurationVar(&cfg.PublishLatency, "publish-latency", cfg.PublishLatency, "how long controller publish and unpublish take")
 	fs.Int64Var(&cfg.MaxVolumesPerNode, "max-volumes-per-node", cfg.MaxVolumesPerNode, "volumes that may be attached to this node at once (0: no limit)")
 	fs.StringVar(&cfg.Zone, "zone", "", "put this node in a zone (topology segment "+hostpath.TopologyZoneKey+"); volumes created with a topology requirement live in one zone")
+	fs.BoolVar(&cfg.StrictSourceSize, "strict-source-size", false, "refuse a create from a snapshot or volume that asks for fewer bytes than its source, as most real providers do")
 	fs.StringVar(&logLevel, "log-level", "INFO", "log level: TRACE, DEBUG, INFO, WARN, ERROR")
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {

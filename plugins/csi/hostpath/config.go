@@ -72,6 +72,14 @@ type Config struct {
 	// topology requirement lives in one zone, attachable only from there.
 	Zone string
 
+	// StrictSourceSize refuses, with OUT_OF_RANGE, a create from a
+	// snapshot or a volume that asks for fewer bytes than its source holds
+	// (an unset capacity range asks for none), as most real providers do:
+	// the Kubernetes hostpath driver answers "snapshot ... size ... is
+	// greater than requested volume size 0". Unset, such a create grows to
+	// fit its source, as the CSI spec also allows.
+	StrictSourceSize bool
+
 	// Logger receives the plugin's logs. Nil discards them.
 	Logger hclog.Logger
 }

@@ -155,6 +155,9 @@ func (s *controllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolu
 			if snap == nil {
 				return status.Errorf(codes.NotFound, "snapshot %q not found", sourceSnapshot)
 			}
+			if requested := req.GetCapacityRange().GetRequiredBytes(); s.p.cfg.StrictSourceSize && requested < snap.SizeBytes {
+				return status.Errorf(codes.OutOfRange, "snapshot %s is %d bytes, greater than the requested volume size %d", snap.ID, snap.SizeBytes, requested)
+			}
 			if size < snap.SizeBytes {
 				if limit > 0 && limit < snap.SizeBytes {
 					return status.Errorf(codes.OutOfRange, "snapshot %s is %d bytes, over the limit %d", snap.ID, snap.SizeBytes, limit)
@@ -175,6 +178,9 @@ func (s *controllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolu
 			src := st.Volumes[sourceVolume]
 			if src == nil {
 				return status.Errorf(codes.NotFound, "source volume %q not found", sourceVolume)
+			}
+			if requested := req.GetCapacityRange().GetRequiredBytes(); s.p.cfg.StrictSourceSize && requested < src.CapacityBytes {
+				return status.Errorf(codes.OutOfRange, "source volume %s is %d bytes, greater than the requested volume size %d", src.ID, src.CapacityBytes, requested)
 			}
 			if size < src.CapacityBytes {
 				if limit > 0 && limit < src.CapacityBytes {
