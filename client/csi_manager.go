@@ -41,6 +41,11 @@ type csiManagerConfig struct {
 	// must still refuse the calls its earlier self would have.
 	LeaderTerm uint64
 	SaveTerm   func(uint64) error
+	// Lease, when set, says until when a leader's controller call may
+	// run here: the moment before which the servers cannot have declared
+	// this node down (see Client.controllerLease). The zero time means
+	// not known, and calls are not bounded by it.
+	Lease func() time.Time
 }
 
 // csiManager keeps the CSI plugins this client talks to: it fingerprints
@@ -247,12 +252,84 @@ func (m *csiManager) controllerCall(ctx context.Context, pluginID, method string
 		if _, err := os.Stat(csiSocketPath(p.cfg.Socket)); errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("%w: %q: its socket %s is gone (the plugin stopped)", structs.ErrCSIPluginNotFound, pluginID, p.cfg.Socket)
 		}
+		if term != 0 {
+			leased, stop, err := m.leased(ctx, pluginID, method)
+			if err != nil {
+				return err
+			}
+			defer stop()
+			ctx = leased
+		}
 		err := fn(ctx, p.client)
+		if errors.Is(context.Cause(ctx), errLeaseLapsed) {
+			return fmt.Errorf("csi %s for plugin %q: %w: cancelled at the plugin: %w; the plugin may have done part of it",
+				method, pluginID, structs.ErrOutcomeUnknown, context.Cause(ctx))
+		}
 		if errors.Is(err, structs.ErrCSIUnavailable) && strings.Contains(err.Error(), "Error while dialing") {
 			return fmt.Errorf("%w: %q: could not connect to it: %v", structs.ErrCSIPluginNotFound, pluginID, err)
 		}
 		return err
 	})
+}
+
+// errLeaseLapsed is the cause of a leader's controller call cancelled, or
+// refused, because this client has not reached a server for so long that
+// the servers may declare its node down.
+var errLeaseLapsed = errors.New("no server reached for as long as the servers wait before declaring this node down")
+
+// leased bounds a leader's controller call by this client's lease (see
+// csiManagerConfig.Lease). A node the servers declare down lifts the
+// fence that keeps the plugin's calls on it (see structs.CSIControllerFence),
+// and the next leader may then call another node's controller. A call
+// still running here would meet that one at the provider, so it is
+// cancelled before the lease lapses: each heartbeat that gets through
+// extends the lease, and only a client cut off from every server reaches
+// its end. A call whose turn comes with the lease already lapsed is not
+// run at all. stop must be called once the call returns.
+func (m *csiManager) leased(ctx context.Context, pluginID, method string) (context.Context, func(), error) {
+	if m.cfg.Lease == nil {
+		return ctx, func() {}, nil
+	}
+	until := m.cfg.Lease()
+	if until.IsZero() {
+		return ctx, func() {}, nil
+	}
+	if !time.Now().Before(until) {
+		return nil, nil, fmt.Errorf("csi %s for plugin %q: %w: %w; not run", method, pluginID, structs.ErrCSIUnavailable, errLeaseLapsed)
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	var (
+		mu      sync.Mutex
+		stopped bool
+		timer   *time.Timer
+	)
+	check := func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if stopped {
+			return
+		}
+		until := m.cfg.Lease()
+		if d := time.Until(until); until.IsZero() || d > 0 {
+			if !until.IsZero() {
+				timer.Reset(d) // a heartbeat got through: the lease goes on
+			}
+			return
+		}
+		m.logger.Warn("cancelling a controller call: the servers may declare this node down and call another controller",
+			"plugin_id", pluginID, "method", method)
+		cancel(errLeaseLapsed)
+	}
+	mu.Lock()
+	timer = time.AfterFunc(time.Until(until), check)
+	mu.Unlock()
+	return ctx, func() {
+		mu.Lock()
+		stopped = true
+		timer.Stop()
+		mu.Unlock()
+		cancel(nil)
+	}, nil
 }
 
 // admitTerm checks a controller call's leader term against the highest one

@@ -22,6 +22,7 @@ func (c *Client) setupCSI() error {
 		Logger:                c.logger,
 		LeaderTerm:            term,
 		SaveTerm:              c.db.putLeaderTerm,
+		Lease:                 c.controllerLease,
 	})
 	// Volumes are claimed from the servers (CSIVolume.Claim), which
 	// publish them at the controller, and released the same way.

@@ -924,3 +924,81 @@ func TestClientCSI_CreateFromSnapshotAsksForItsSize(t *testing.T) {
 	must.ErrorIs(t, err, structs.ErrCSIInvalidArgument)
 	must.ErrorContains(t, err, "greater than the requested volume size 524288")
 }
+
+// A leader's controller call runs only while the servers cannot have
+// declared this node down: once they may (the lease lapses, no heartbeat
+// having got through), the next leader may call another node's
+// controller, so a call still running here is cancelled at the plugin,
+// and one whose turn comes later is not run. A heartbeat that gets
+// through extends a running call's lease.
+func TestClientCSI_ControllerCallEndsWhenTheLeaseLapses(t *testing.T) {
+	dir, m, ep := hostpathEndpoint(t, "node-a", func(c *hostpath.Config) { c.PublishLatency = time.Minute })
+	var lease atomic.Int64 // UnixNano; 0: not known
+	m.cfg.Lease = func() time.Time {
+		if n := lease.Load(); n != 0 {
+			return time.Unix(0, n)
+		}
+		return time.Time{}
+	}
+	waitCSI(t, m, "controller healthy", func(ctrl, _ map[string]*structs.CSIInfo) bool { return healthy(ctrl, "hp") })
+	vol := createVolume(t, ep, "hp", "leased")
+	attach := func() error {
+		req := attachRequest("hp", vol, "node-a")
+		req.LeaderTerm = 3
+		var resp structs.ClientCSIControllerAttachVolumeResponse
+		return ep.ControllerAttachVolume(req, &resp)
+	}
+
+	// Cut off mid-call: the call ends when the lease does, its outcome
+	// unknown, not a minute later when the plugin would have finished.
+	lease.Store(time.Now().Add(500 * time.Millisecond).UnixNano())
+	start := time.Now()
+	err := attach()
+	must.ErrorIs(t, err, structs.ErrOutcomeUnknown)
+	must.ErrorIs(t, err, errLeaseLapsed)
+	must.Less(t, 20*time.Second, time.Since(start))
+
+	// With the lease lapsed, a call is refused before it reaches the plugin.
+	err = attach()
+	must.ErrorIs(t, err, errLeaseLapsed)
+	must.ErrorContains(t, err, "not run")
+	calls, err := hostpath.ReadCalls(dir, "node-a")
+	must.NoError(t, err)
+	must.Eq(t, int64(1), calls["ControllerPublishVolume"])
+
+	// A heartbeat during the call extends its lease: it runs on.
+	start = time.Now()
+	lease.Store(start.Add(1500 * time.Millisecond).UnixNano())
+	done := make(chan error, 1)
+	go func() { done <- attach() }()
+	waitPublishCalls(t, dir, "node-a", 2)
+	extended := start.Add(4 * time.Second)
+	lease.Store(extended.UnixNano())
+	must.ErrorIs(t, <-done, errLeaseLapsed)
+	must.False(t, time.Now().Before(extended), must.Sprint("the call ended at its first lease, not the extended one"))
+	// Reads (term 0) are not bounded by the lease.
+	lease.Store(time.Now().Add(-time.Second).UnixNano())
+	var list structs.ClientCSIControllerListSnapshotsResponse
+	must.NoError(t, ep.ControllerListSnapshots(&structs.ClientCSIControllerListSnapshotsRequest{PluginID: "hp"}, &list))
+}
+
+func TestControllerLease(t *testing.T) {
+	last := time.Unix(1000, 0)
+	cases := []struct {
+		name      string
+		last      time.Time
+		free, ttl time.Duration
+		want      time.Time
+	}{
+		{"unknown contact", time.Time{}, 20 * time.Second, 10 * time.Second, time.Time{}},
+		{"unknown window", last, 0, 10 * time.Second, time.Time{}},
+		{"window less the margin", last, 20 * time.Second, 10 * time.Second, last.Add(18 * time.Second)},
+		{"short window, quarter margin", last, 4 * time.Second, time.Second, last.Add(3 * time.Second)},
+		{"never less than the TTL", last, 20 * time.Second, 100 * time.Second, last.Add(100 * time.Second)},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			must.Eq(t, tc.want, controllerLease(tc.last, tc.free, tc.ttl))
+		})
+	}
+}

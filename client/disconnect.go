@@ -105,6 +105,32 @@ func (c *Client) outageWatch() {
 	}
 }
 
+// controllerLease is until when a leader's controller call may run on
+// this client: the servers' window from the last heartbeat that got
+// through (counted from when it was sent, so from no later than the
+// servers armed their timer) to the earliest moment they may declare
+// the node down, less a margin for the cancel to reach the plugin. The
+// zero time while that window is not known.
+//
+// Like outageStop it is never less than the heartbeat TTL: the leader
+// that handed out the TTL waits at least that long, plus its grace. A
+// new leader waits its failover TTL; servers whose failover TTL is below
+// the TTL they hand out would declare healthy nodes down, and are
+// misconfigured (outageWatch says so).
+func (c *Client) controllerLease() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return controllerLease(c.lastContact, c.freeClaimsAfter, c.heartbeatTTL)
+}
+
+// controllerLease is Client.controllerLease's rule.
+func controllerLease(last time.Time, free, ttl time.Duration) time.Time {
+	if last.IsZero() || free <= 0 {
+		return time.Time{}
+	}
+	return last.Add(max(free-min(StopMargin, free/4), ttl))
+}
+
 // noteContact records a heartbeat sent at sent that succeeded.
 func (c *Client) noteContact(sent time.Time, resp *structs.NodeUpdateResponse) {
 	// The term may be written to the state DB: not under c.mu.
