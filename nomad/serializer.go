@@ -144,15 +144,17 @@ func (l *controllerLanes) Do(ctx context.Context, pluginID string, op string, fn
 	})
 	err := fn(callCtx)
 	passedDeadline = !timedOut()
-	if !passedDeadline {
-		l.release(pluginID)
-	}
 	// A call that ran into its deadline timed out, whether or not the
 	// lane was released before it returned.
 	reachedDeadline := passedDeadline || errors.Is(callCtx.Err(), context.DeadlineExceeded)
+	// Recorded before the lane passes on, so the ring of recent calls is
+	// in the order the plugin saw them.
 	l.callDone(pluginID, structs.CSILaneCall{
 		Op: op, Start: start, Duration: time.Since(start), TimedOut: reachedDeadline, Failed: err != nil,
 	})
+	if !passedDeadline {
+		l.release(pluginID)
+	}
 	return err
 }
 
