@@ -261,7 +261,9 @@ func (m *csiManager) controllerCall(ctx context.Context, pluginID, method string
 			ctx = leased
 		}
 		err := fn(ctx, p.client)
-		if errors.Is(context.Cause(ctx), errLeaseLapsed) {
+		// A call that returned success as the lease lapsed did finish:
+		// its answer stands.
+		if err != nil && errors.Is(context.Cause(ctx), errLeaseLapsed) {
 			return fmt.Errorf("csi %s for plugin %q: %w: cancelled at the plugin: %w; the plugin may have done part of it",
 				method, pluginID, structs.ErrOutcomeUnknown, context.Cause(ctx))
 		}
