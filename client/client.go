@@ -383,11 +383,7 @@ func (c *Client) heartbeatLoop() {
 				reregister = false
 			}
 		} else {
-			err = c.RPC("Node.UpdateStatus", &structs.NodeUpdateStatusRequest{
-				NodeID:        c.id.NodeID,
-				Status:        structs.NodeStatusReady,
-				CSILeaderTerm: c.csi.LeaderTerm(),
-			}, &resp)
+			err = c.updateStatus(&resp)
 			if errors.Is(err, structs.ErrUnknownNode) {
 				c.logger.Warn("server does not know this node; registering again")
 				c.mu.Lock()
@@ -404,14 +400,7 @@ func (c *Client) heartbeatLoop() {
 			}
 			c.logger.Error("heartbeat failed", "error", err)
 		} else {
-			c.learnServers(resp.Servers)
-			c.noteContact(sent, &resp)
-			if err := c.db.putContact(serverContact{Sent: sent, FreeClaimsAfter: resp.FreeClaimsAfter}); err != nil {
-				c.logger.Warn("could not record the heartbeat; a restart during an outage would count it from an older one", "error", err)
-			}
-			c.mu.Lock()
-			c.heartbeatTTL = resp.HeartbeatTTL
-			c.mu.Unlock()
+			c.heartbeatDone(sent, &resp)
 			if resp.HeartbeatTTL > 0 {
 				next = resp.HeartbeatTTL / 2
 			}
@@ -423,6 +412,59 @@ func (c *Client) heartbeatLoop() {
 		case <-c.shutdownCtx.Done():
 			return
 		}
+	}
+}
+
+// updateStatus sends one heartbeat.
+func (c *Client) updateStatus(resp *structs.NodeUpdateResponse) error {
+	return c.RPC("Node.UpdateStatus", &structs.NodeUpdateStatusRequest{
+		NodeID:        c.id.NodeID,
+		Status:        structs.NodeStatusReady,
+		CSILeaderTerm: c.csi.LeaderTerm(),
+	}, resp)
+}
+
+// heartbeatDone takes in the answer to a heartbeat (or registration) sent
+// at sent.
+func (c *Client) heartbeatDone(sent time.Time, resp *structs.NodeUpdateResponse) {
+	c.learnServers(resp.Servers)
+	if !c.noteContact(sent, resp) {
+		return // a later heartbeat's answer came first
+	}
+	if err := c.db.putContact(serverContact{Sent: sent, FreeClaimsAfter: resp.FreeClaimsAfter}); err != nil {
+		c.logger.Warn("could not record the heartbeat; a restart during an outage would count it from an older one", "error", err)
+	}
+	c.mu.Lock()
+	c.heartbeatTTL = resp.HeartbeatTTL
+	c.mu.Unlock()
+}
+
+// renewLease heartbeats now, outside the heartbeat loop, for a leader's
+// controller call whose lease is near its end (csiManagerConfig.Renew).
+// It returns when the servers answered or ctx ended; an answer that comes
+// later still counts when it comes.
+func (c *Client) renewLease(ctx context.Context) error {
+	c.mu.Lock()
+	registered := c.registered
+	c.mu.Unlock()
+	if !registered {
+		return errors.New("node not registered yet")
+	}
+	done := make(chan error, 1)
+	go func() {
+		sent := time.Now()
+		var resp structs.NodeUpdateResponse
+		err := c.updateStatus(&resp)
+		if err == nil {
+			c.heartbeatDone(sent, &resp)
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return context.Cause(ctx)
 	}
 }
 

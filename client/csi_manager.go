@@ -46,7 +46,23 @@ type csiManagerConfig struct {
 	// this node down (see Client.controllerLease). The zero time means
 	// not known, and calls are not bounded by it.
 	Lease func() time.Time
+	// Renew, when set, heartbeats now and returns once the servers
+	// answered (the lease then runs from the heartbeat's send) or ctx
+	// ended. A leader's call can come before the heartbeat loop's next
+	// turn: after a leader change the new leader calls as soon as it has
+	// taken over, while this client's heartbeats to the old one have been
+	// failing and its lease is close to its end.
+	Renew func(ctx context.Context) error
 }
+
+// leaseRenewAhead is how long before its lease ends a leader's call has
+// this client heartbeat at once (csiManagerConfig.Renew), and the most a
+// call waits for that heartbeat before its turn.
+const leaseRenewAhead = time.Second
+
+// leaseRetry is how often a call near its lease's end tries to renew it
+// again, until it renews or the lease ends.
+const leaseRetry = 200 * time.Millisecond
 
 // csiManager keeps the CSI plugins this client talks to: it fingerprints
 // each one, holds what the node reports about them, and owns each plugin's
@@ -296,6 +312,13 @@ func (m *csiManager) leased(ctx context.Context, pluginID, method string) (conte
 	if until.IsZero() {
 		return ctx, func() {}, nil
 	}
+	if time.Until(until) <= leaseRenewAhead {
+		// The call has not started: it can wait a moment for a heartbeat.
+		until = m.renew(ctx, time.Now().Add(leaseRenewAhead))
+	}
+	if until.IsZero() {
+		return ctx, func() {}, nil
+	}
 	if !time.Now().Before(until) {
 		return nil, nil, fmt.Errorf("csi %s for plugin %q: %w: %w; not run", method, pluginID, structs.ErrCSIUnavailable, errLeaseLapsed)
 	}
@@ -305,17 +328,28 @@ func (m *csiManager) leased(ctx context.Context, pluginID, method string) (conte
 		stopped bool
 		timer   *time.Timer
 	)
+	// check runs on the timer: it renews the lease when its end is near,
+	// and cancels the call when it has come.
 	check := func() {
+		until := m.cfg.Lease()
+		if d := time.Until(until); !until.IsZero() && d > 0 && d <= leaseRenewAhead {
+			// Renewed while the call runs, bounded by the lease itself.
+			until = m.renew(ctx, until)
+		}
 		mu.Lock()
 		defer mu.Unlock()
 		if stopped {
 			return
 		}
-		until := m.cfg.Lease()
-		if d := time.Until(until); until.IsZero() || d > 0 {
-			if !until.IsZero() {
-				timer.Reset(d) // a heartbeat got through: the lease goes on
-			}
+		d := time.Until(until)
+		switch {
+		case until.IsZero():
+			return // no longer known: not bounded
+		case d > leaseRenewAhead:
+			timer.Reset(d - leaseRenewAhead) // a heartbeat got through: the lease goes on
+			return
+		case d > 0:
+			timer.Reset(min(d, leaseRetry))
 			return
 		}
 		m.logger.Warn("cancelling a controller call: the servers may declare this node down and call another controller",
@@ -323,7 +357,7 @@ func (m *csiManager) leased(ctx context.Context, pluginID, method string) (conte
 		cancel(errLeaseLapsed)
 	}
 	mu.Lock()
-	timer = time.AfterFunc(time.Until(until), check)
+	timer = time.AfterFunc(max(time.Until(until)-leaseRenewAhead, 0), check)
 	mu.Unlock()
 	return ctx, func() {
 		mu.Lock()
@@ -332,6 +366,20 @@ func (m *csiManager) leased(ctx context.Context, pluginID, method string) (conte
 		mu.Unlock()
 		cancel(nil)
 	}, nil
+}
+
+// renew heartbeats (csiManagerConfig.Renew) and waits for the answer until
+// deadline at the latest, then returns the lease as it stands.
+func (m *csiManager) renew(ctx context.Context, deadline time.Time) time.Time {
+	if m.cfg.Renew != nil {
+		rctx, cancel := context.WithDeadline(ctx, deadline)
+		err := m.cfg.Renew(rctx)
+		cancel()
+		if err != nil {
+			m.logger.Debug("could not renew the controller lease", "error", err)
+		}
+	}
+	return m.cfg.Lease()
 }
 
 // admitTerm checks a controller call's leader term against the highest one

@@ -23,6 +23,7 @@ func (c *Client) setupCSI() error {
 		LeaderTerm:            term,
 		SaveTerm:              c.db.putLeaderTerm,
 		Lease:                 c.controllerLease,
+		Renew:                 c.renewLease,
 	})
 	// Volumes are claimed from the servers (CSIVolume.Claim), which
 	// publish them at the controller, and released the same way.

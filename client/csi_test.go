@@ -982,6 +982,56 @@ func TestClientCSI_ControllerCallEndsWhenTheLeaseLapses(t *testing.T) {
 	must.NoError(t, ep.ControllerListSnapshots(&structs.ClientCSIControllerListSnapshotsRequest{PluginID: "hp"}, &list))
 }
 
+// A leader's call whose lease is near its end has this client heartbeat
+// at once: after a leader change the new leader calls as soon as it has
+// taken over, before the heartbeat loop's next turn, and a heartbeat that
+// gets through lets the call run on. A lapsed lease renewed before the
+// call's turn lets it run; one that cannot be renewed keeps it unrun.
+func TestClientCSI_ControllerCallRenewsItsLease(t *testing.T) {
+	dir, m, ep := hostpathEndpoint(t, "node-a", func(c *hostpath.Config) { c.PublishLatency = 1500 * time.Millisecond })
+	var lease atomic.Int64
+	m.cfg.Lease = func() time.Time { return time.Unix(0, lease.Load()) }
+	var renewals atomic.Int32
+	reachable := atomic.Bool{}
+	m.cfg.Renew = func(ctx context.Context) error {
+		renewals.Add(1)
+		if !reachable.Load() {
+			<-ctx.Done()
+			return context.Cause(ctx)
+		}
+		lease.Store(time.Now().Add(10 * time.Second).UnixNano())
+		return nil
+	}
+	waitCSI(t, m, "controller healthy", func(ctrl, _ map[string]*structs.CSIInfo) bool { return healthy(ctrl, "hp") })
+	vol := createVolume(t, ep, "hp", "renewed")
+	attach := func() error {
+		req := attachRequest("hp", vol, "node-a")
+		req.LeaderTerm = 3
+		var resp structs.ClientCSIControllerAttachVolumeResponse
+		return ep.ControllerAttachVolume(req, &resp)
+	}
+
+	// The lease ends mid-call; the heartbeat near its end gets through.
+	reachable.Store(true)
+	lease.Store(time.Now().Add(1200 * time.Millisecond).UnixNano())
+	must.NoError(t, attach())
+	must.Positive(t, renewals.Load())
+
+	// Lapsed at the call's turn, renewed before it: the call runs.
+	lease.Store(time.Now().Add(-time.Second).UnixNano())
+	must.NoError(t, attach())
+
+	// Lapsed, and no server answers: not run.
+	reachable.Store(false)
+	lease.Store(time.Now().Add(-time.Second).UnixNano())
+	err := attach()
+	must.ErrorIs(t, err, errLeaseLapsed)
+	must.ErrorContains(t, err, "not run")
+	calls, err := hostpath.ReadCalls(dir, "node-a")
+	must.NoError(t, err)
+	must.Eq(t, int64(2), calls["ControllerPublishVolume"])
+}
+
 func TestControllerLease(t *testing.T) {
 	last := time.Unix(1000, 0)
 	cases := []struct {

@@ -131,8 +131,10 @@ func controllerLease(last time.Time, free, ttl time.Duration) time.Time {
 	return last.Add(max(free-min(StopMargin, free/4), ttl))
 }
 
-// noteContact records a heartbeat sent at sent that succeeded.
-func (c *Client) noteContact(sent time.Time, resp *structs.NodeUpdateResponse) {
+// noteContact records a heartbeat sent at sent that succeeded, and
+// reports false, changing nothing, when one sent later was recorded
+// already (the heartbeat loop and renewLease can overlap).
+func (c *Client) noteContact(sent time.Time, resp *structs.NodeUpdateResponse) bool {
 	// The term may be written to the state DB: not under c.mu.
 	if resp.LeaderTermResetFrom != 0 {
 		c.csi.resetTerm(resp.LeaderTermResetFrom, resp.LeaderTerm)
@@ -141,6 +143,9 @@ func (c *Client) noteContact(sent time.Time, resp *structs.NodeUpdateResponse) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if sent.Before(c.lastContact) && !c.contactFromDisk {
+		return false
+	}
 	c.lastContact, c.contactFromDisk = sent, false
 	if resp.FreeClaimsAfter > 0 {
 		c.freeClaimsAfter = resp.FreeClaimsAfter
@@ -149,6 +154,7 @@ func (c *Client) noteContact(sent time.Time, resp *structs.NodeUpdateResponse) {
 		c.outageStopped = false
 		c.logger.Info("servers reached again; allocations stopped during the outage stay stopped")
 	}
+	return true
 }
 
 // holdsVolumes reports whether the allocation's group asks for a CSI
