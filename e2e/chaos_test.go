@@ -424,6 +424,9 @@ const faultHangControllerPublish = "fault-hang-controller-publish"
 // imports only api): the servers inherit the test's environment.
 const nomadEnvDisableControllerFence = "ROAM_TEST_DISABLE_CONTROLLER_FENCE"
 
+// nomadEnvDisableRaftLogGuard is nomad.EnvDisableRaftLogGuard.
+const nomadEnvDisableRaftLogGuard = "ROAM_TEST_DISABLE_RAFT_LOG_GUARD"
+
 // providerCallInFlight is one entry of the plugin's provider-inflight.json.
 type providerCallInFlight struct {
 	PID    int    `json:"pid"`

@@ -106,9 +106,9 @@ func buildRoam() (string, error) {
 		gobin = "go"
 	}
 	args := []string{"build", "-o", bin}
-	if os.Getenv(nomadEnvDisableControllerFence) == "1" {
-		// Only a roamfaults build reads the switch that turns the
-		// controller fences off (docs/faults.md).
+	if os.Getenv(nomadEnvDisableControllerFence) == "1" || os.Getenv(nomadEnvDisableRaftLogGuard) == "1" {
+		// Only a roamfaults build reads the switches that turn the
+		// controller fences or the raft log guard off (docs/faults.md).
 		args = append(args, "-tags", "roamfaults")
 	}
 	cmd := exec.Command(gobin, append(args, ".")...)

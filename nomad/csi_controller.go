@@ -70,6 +70,11 @@ func pluginControllers(store *state.StateStore, pluginID string) (iter.Seq[*stru
 // cannot turn the fences off.
 const EnvDisableControllerFence = "ROAM_TEST_DISABLE_CONTROLLER_FENCE"
 
+// EnvDisableRaftLogGuard, set to "1" in a roamfaults build, leaves the raft
+// log unguarded (see raftlog): the e2e disk-full scenario builds one to show
+// that a server whose log failed a write then falls behind for good.
+const EnvDisableRaftLogGuard = "ROAM_TEST_DISABLE_RAFT_LOG_GUARD"
+
 var fenceOffWarning sync.Once
 
 // fence pins a plugin's destructive calls to the node where a call's

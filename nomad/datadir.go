@@ -27,6 +27,10 @@ const dataDirMarkerFile = "data-dir.json"
 // index in the marker.
 const dataDirRecordInterval = 5 * time.Second
 
+// dataDirSpaceInterval is how often a server checks the free space of its
+// data dir (see raftlog.WatchSpace).
+const dataDirSpaceInterval = 10 * time.Second
+
 // dataDirMarker is the content of the marker file.
 type dataDirMarker struct {
 	// Region is the region of the server that created the data dir.

@@ -21,6 +21,7 @@ import (
 	"github.com/roamhq/roam/internal/connlimit"
 	"github.com/roamhq/roam/internal/fsutil"
 	"github.com/roamhq/roam/internal/ratelog"
+	"github.com/roamhq/roam/nomad/raftlog"
 	"github.com/roamhq/roam/nomad/raftmeta"
 	"github.com/roamhq/roam/state"
 	"github.com/roamhq/roam/structs"
@@ -313,13 +314,21 @@ func (s *Server) setupRaft() error {
 		// raft-wal's default store syncs twice. Owned here, so that a
 		// restart in the same process can lock it again.
 		s.walMeta = &raftmeta.Store{}
-		wal, err := raftwal.Open(filepath.Join(dir, "wal"), raftwal.WithMetaStore(s.walMeta))
+		walDir := filepath.Join(dir, "wal")
+		wal, err := raftwal.Open(walDir, raftwal.WithMetaStore(s.walMeta),
+			raftwal.WithSegmentSize(raftlog.SegmentSize), raftwal.WithLogger(s.config.Logger.Named("raft-wal")))
 		if err != nil {
 			s.walMeta.Close()
 			return fmt.Errorf("server: open raft log: %w", err)
 		}
 		s.wal = wal
-		logs, stable = wal, wal
+		// The first append that fails stops the server (see raftlog):
+		// the restart reopens the log from disk.
+		logs, stable = raftlog.New(wal, walDir, s.fatal), wal
+		if raftLogGuardDisabled() {
+			s.logger.Warn(EnvDisableRaftLogGuard + "=1: a failed raft log write does not stop this server")
+			logs = wal
+		}
 		fss, err := raft.NewFileSnapshotStoreWithLogger(dir, 2, s.config.Logger.Named("raft-snap"))
 		if err != nil {
 			return fmt.Errorf("server: open snapshot store: %w", err)
@@ -357,6 +366,8 @@ func (s *Server) setupRaft() error {
 			s.logger.Warn("could not write the data dir marker", "error", err)
 		}
 		s.goTracked(s.recordAppliedLoop)
+		walDir := filepath.Join(s.config.DataDir, "raft", "wal")
+		s.goTracked(func() { raftlog.WatchSpace(s.shutdownCtx, walDir, dataDirSpaceInterval, s.logger.Named("raft-log")) })
 	}
 	if !has && s.config.BootstrapExpect == 1 {
 		if err := s.bootstrap([]*structs.ServerMember{s.selfMember()}); err != nil {

@@ -47,6 +47,10 @@ var (
 	// term is below one the receiver has seen: a deposed leader's call that
 	// arrived late. It was not run; retryable, against the current leader.
 	ErrStaleLeaderTerm = errors.New("controller call from a deposed leader")
+	// ErrRaftLogWrite means a server could not write its Raft log (a full
+	// disk, an I/O error). The write was not acknowledged nor applied; the
+	// server stops, and another leads meanwhile. Retryable.
+	ErrRaftLogWrite = errors.New("the server could not write its raft log")
 )
 
 // sentinelCode is a sentinel and its wire code.
@@ -69,6 +73,7 @@ var sentinelCodes = append(append([]sentinelCode{
 	{ErrStaleLeaderTerm, "stale_leader_term"},
 	{ErrCSIMaxClaims, "csi_max_claims"},
 }, csiErrorCodes...),
+	sentinelCode{ErrRaftLogWrite, "raft_log_write"},
 	sentinelCode{ErrNodeNotConnected, "node_not_connected"},
 	sentinelCode{ErrNoLeader, "no_leader"},
 	sentinelCode{ErrPermissionDenied, "permission_denied"},

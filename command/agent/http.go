@@ -401,6 +401,14 @@ func (s *HTTPServer) rpc(r *http.Request, method string, args, reply any) error 
 	case <-r.Context().Done():
 		return fmt.Errorf("%s: request ended: %w", method, r.Context().Err())
 	case <-s.shutdownCh:
+		// A call whose answer is in already gives it (a write Raft
+		// refused as the server stopped, say) rather than the bare
+		// shutdown.
+		select {
+		case err := <-done:
+			return err
+		default:
+		}
 		return errShuttingDown
 	}
 }

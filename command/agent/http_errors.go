@@ -53,7 +53,10 @@ var sentinelAnswers = map[error]errorAnswer{
 	structs.ErrClaimInProgress: {http.StatusConflict, true},
 	// A deposed leader's call, refused unrun: the current leader takes
 	// the same call.
-	structs.ErrStaleLeaderTerm:   {http.StatusServiceUnavailable, true},
+	structs.ErrStaleLeaderTerm: {http.StatusServiceUnavailable, true},
+	// The write failed before it was acknowledged; the server that could
+	// not write stops, and another leads.
+	structs.ErrRaftLogWrite:      {http.StatusServiceUnavailable, true},
 	structs.ErrCSIMaxClaims:      {http.StatusConflict, false},
 	structs.ErrCSIClaimInUse:     {http.StatusConflict, true},
 	structs.ErrCSIPluginNotFound: {http.StatusNotFound, false},

@@ -67,6 +67,8 @@ func TestHTTP_ErrorAnswers(t *testing.T) {
 			http.StatusConflict, true, "a change to this volume claim is in progress: allocation a, volume v"},
 		{"deposed leader's call", overRPC(fmt.Errorf("%w: ClientCSI.ControllerPublishVolume term 3 < 4", structs.ErrStaleLeaderTerm)),
 			http.StatusServiceUnavailable, true, "controller call from a deposed leader: ClientCSI.ControllerPublishVolume term 3 < 4"},
+		{"raft log write", overRPC(fmt.Errorf("%w: append to the raft log on /d: no space left on device", structs.ErrRaftLogWrite)),
+			http.StatusServiceUnavailable, true, "the server could not write its raft log: append to the raft log on /d: no space left on device"},
 		{"outcome unknown", structs.ErrOutcomeUnknown, http.StatusServiceUnavailable, true, structs.ErrOutcomeUnknown.Error()},
 		{"no leader", overRPC(fmt.Errorf("%w: waited 5s", structs.ErrNoLeader)), http.StatusInternalServerError, true, "No cluster leader"},
 		{"max claims", fmt.Errorf("%w: volume v already has 1 writer(s)", structs.ErrCSIMaxClaims),
