@@ -59,7 +59,11 @@ func claimRetryPolicy(wait time.Duration, now func() time.Time) func(error) bool
 		if retryableCall(err) {
 			return true
 		}
-		if !errors.Is(structs.FromRPCError(err), structs.ErrCSIControllerUnavailable) {
+		// No controller to call, or the one called could not take the
+		// call now (the plugin's UNAVAILABLE: the servers kept the
+		// reservation for a retry): retried for as long as the client
+		// waits for controllers.
+		if e := structs.FromRPCError(err); !errors.Is(e, structs.ErrCSIControllerUnavailable) && !errors.Is(e, structs.ErrCSIUnavailable) {
 			return false
 		}
 		if since.IsZero() {

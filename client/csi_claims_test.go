@@ -227,6 +227,37 @@ func TestClaimRetryPolicy(t *testing.T) {
 	must.False(t, fresh(structs.ErrCSIMaxClaims))
 	must.False(t, fresh(fmt.Errorf("%w: volume %q", structs.ErrNotFound, "v")))
 	must.False(t, claimRetryPolicy(0, clock)(unavailable), must.Sprint("a zero wait fails at once"))
+
+	// The plugin answered UNAVAILABLE: the servers kept the reservation,
+	// and the claim tries again within the same wait.
+	busy := claimRetryPolicy(time.Minute, clock)
+	pluginBusy := viaRPC(fmt.Errorf("volume v: the publish did not run; the reservation is kept for a retry: %w: try later", structs.ErrCSIUnavailable))
+	must.True(t, busy(pluginBusy))
+	now = now.Add(time.Minute)
+	must.False(t, busy(pluginBusy))
+	// A publish cut off by the plugin's death: its outcome is unknown,
+	// retried regardless of the wait.
+	must.True(t, busy(viaRPC(fmt.Errorf("%w: the plugin's connection broke during the call", structs.ErrOutcomeUnknown))))
+}
+
+// A leader's call whose plugin connection broke after it was sent may
+// have run: outcome unknown, unlike a dial that failed or the plugin's
+// own UNAVAILABLE.
+func TestConnectionBroke(t *testing.T) {
+	cases := []struct {
+		err  error
+		want bool
+	}{
+		{fmt.Errorf("csi plugin: %w: error reading from server: EOF", structs.ErrCSIUnavailable), true},
+		{fmt.Errorf("csi plugin: %w: transport is closing", structs.ErrCSIUnavailable), true},
+		{fmt.Errorf("csi plugin: %w: connection error: desc = \"transport: Error while dialing: dial unix /s: connect: no such file\"", structs.ErrCSIUnavailable), false},
+		{fmt.Errorf("csi plugin: %w: backend busy, try later", structs.ErrCSIUnavailable), false},
+		{errors.New("error reading from server: EOF"), false},
+		{nil, false},
+	}
+	for _, c := range cases {
+		must.EqOp(t, c.want, connectionBroke(c.err), must.Sprintf("%v", c.err))
+	}
 }
 
 // A claim refused because the leader's controller call was refused as a

@@ -286,8 +286,34 @@ func (m *csiManager) controllerCall(ctx context.Context, pluginID, method string
 		if errors.Is(err, structs.ErrCSIUnavailable) && strings.Contains(err.Error(), "Error while dialing") {
 			return fmt.Errorf("%w: %q: could not connect to it: %v", structs.ErrCSIPluginNotFound, pluginID, err)
 		}
+		if term != 0 && connectionBroke(err) {
+			// Sent, and then the plugin went (killed, crashed): it may
+			// have done all or part of the call. Reported as "did not
+			// run", the servers would try another controller while the
+			// provider may still finish this one.
+			return fmt.Errorf("csi %s for plugin %q: %w: the plugin's connection broke during the call: %v",
+				method, pluginID, structs.ErrOutcomeUnknown, err)
+		}
 		return err
 	})
+}
+
+// connectionBroke reports whether err is gRPC's UNAVAILABLE for a
+// connection that broke after the call was sent, as opposed to a dial
+// that failed (nothing sent) or a plugin that answered UNAVAILABLE itself.
+// gRPC gives the two transport cases the same code; only its messages
+// tell them apart.
+func connectionBroke(err error) bool {
+	if !errors.Is(err, structs.ErrCSIUnavailable) {
+		return false
+	}
+	msg := err.Error()
+	for _, s := range []string{"error reading from server", "transport is closing", "connection reset by peer", "broken pipe"} {
+		if strings.Contains(msg, s) {
+			return true
+		}
+	}
+	return false
 }
 
 // errLeaseLapsed is the cause of a leader's controller call cancelled, or

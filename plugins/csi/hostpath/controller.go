@@ -386,6 +386,9 @@ func (s *controllerServer) ControllerUnpublishVolume(ctx context.Context, req *c
 	if err := delay(ctx, s.p.cfg.PublishLatency); err != nil {
 		return nil, err
 	}
+	if err := s.p.hangIfFaulted(ctx, FaultHangControllerUnpublish, "ControllerUnpublishVolume", "volume_id", volID, "node_id", nodeID); err != nil {
+		return nil, err
+	}
 	type detached struct{ node, device string }
 	var done []detached
 	err := s.p.store.update(func(st *state) error {

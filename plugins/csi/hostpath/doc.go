@@ -137,6 +137,8 @@
 //	                         ControllerPublishVolume: it hangs after its
 //	                         latency, counted in flight at the provider, as a
 //	                         provider call stuck on the far side
+//	fault-hang-controller-unpublish[-<node-id>]  the same for
+//	                         ControllerUnpublishVolume
 //
 // While the file is there, NodeUnpublishVolume validates its request and
 // then hangs, before it touches the state, so other calls, for the same

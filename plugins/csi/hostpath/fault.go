@@ -25,6 +25,10 @@ const FaultHangNodeUnpublish = "fault-hang-node-unpublish"
 // far side. Placed like FaultHangNodeUnpublish.
 const FaultHangControllerPublish = "fault-hang-controller-publish"
 
+// FaultHangControllerUnpublish is FaultHangControllerPublish for
+// ControllerUnpublishVolume.
+const FaultHangControllerUnpublish = "fault-hang-controller-unpublish"
+
 // Contents of a hang fault file: how a hung call ends besides the fault
 // being switched off or the plugin stopping.
 const (
