@@ -144,6 +144,7 @@ var rpcACLCases = map[string]rpcACLCase{
 // unknown secret (all permission denied). A method without a row in
 // rpcACLCases, or without a rule in rpcACLRules, fails the test.
 func TestACL_RPCTable(t *testing.T) {
+	t.Parallel()
 	s, mgmt := testACLServer(t, nil)
 	methods := s.rpcServer.Methods()
 	must.SliceNotEmpty(t, methods)

@@ -52,6 +52,7 @@ func TestDeadServersToRemove(t *testing.T) {
 }
 
 func TestAutopilot_DeadServerRemovedAndReplaced(t *testing.T) {
+	t.Parallel()
 	servers := testMemClusterWith(t, 3, func(c *Config) { c.DeadServerCleanupAfter = 2 * time.Second }).servers
 	leader := waitForLeader(t, servers...)
 	dead := followers(servers)[0]

@@ -43,6 +43,7 @@ func TestBlocking_EndsWhenInProcessCallerGoes(t *testing.T) {
 }
 
 func TestBlocking_EndsWhenConnectionCloses(t *testing.T) {
+	t.Parallel()
 	srv := testServer(t, func(c *Config) {
 		withLongHeartbeats(c)
 		c.RPCMaxConnsPerClient = 0
@@ -80,6 +81,7 @@ func TestBlocking_EndsWhenConnectionCloses(t *testing.T) {
 }
 
 func TestBlocking_ForwardingEndsWithCaller(t *testing.T) {
+	t.Parallel()
 	// Steady Raft timers: a leader that loses its lease under load fails
 	// the forwarded queries, which is not what this test is about.
 	servers := testMemClusterWith(t, 3, func(c *Config) { withLongHeartbeats(c); withSteadyRaft(c) }).servers

@@ -124,6 +124,7 @@ func TestBlocking_NodeListWakesOnWrite(t *testing.T) {
 }
 
 func TestBlocking_NodeListTimesOut(t *testing.T) {
+	t.Parallel()
 	srv := testServer(t, withLongHeartbeats)
 	waitForLeaderDuties(t, srv)
 	const maxWait = 100 * time.Millisecond
@@ -242,6 +243,7 @@ func TestBlocking_GetNode(t *testing.T) {
 }
 
 func TestBlocking_StaleReadOnFollower(t *testing.T) {
+	t.Parallel()
 	servers := testMemClusterWith(t, 3, func(c *Config) {
 		withLongHeartbeats(c)
 		c.RPCHoldTimeout = 300 * time.Millisecond

@@ -362,6 +362,7 @@ func (countSnap) Release() {}
 // the follower's log after installing it (raft-wal takes no gap in its
 // indexes), which it does only if the index says the store is monotonic.
 func TestCommandIndex_FollowerCatchesUpFromASnapshot(t *testing.T) {
+	t.Parallel()
 	type node struct {
 		r     *raft.Raft
 		trans *raft.InmemTransport

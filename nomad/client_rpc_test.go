@@ -79,6 +79,7 @@ func (e *echoService) Fail(args string, reply *string) error {
 }
 
 func TestClientRPC_ForwardedToServerHoldingSession(t *testing.T) {
+	t.Parallel()
 	servers := testCluster(t, 3)
 	leader := waitForLeader(t, servers...)
 	follower := followers(servers)[0]
@@ -110,6 +111,7 @@ func TestClientRPC_ForwardedToServerHoldingSession(t *testing.T) {
 }
 
 func TestClientRPC_UnknownNode(t *testing.T) {
+	t.Parallel()
 	servers := testMemCluster(t, 3).servers
 	leader := waitForLeader(t, servers...)
 	var resp structs.ClientStatusPingResponse
@@ -119,6 +121,7 @@ func TestClientRPC_UnknownNode(t *testing.T) {
 }
 
 func TestClientRPC_ClientShutdownRemovesSession(t *testing.T) {
+	t.Parallel()
 	servers := testCluster(t, 3)
 	leader := waitForLeader(t, servers...)
 	follower := followers(servers)[0]
@@ -242,6 +245,7 @@ func (e *blockingEcho) Hold(args string, reply *string) error {
 // "not connected", which would send a controller call to the next node
 // while this one may still be running.
 func TestClientRPC_RelayLostMidCallIsOutcomeUnknown(t *testing.T) {
+	t.Parallel()
 	servers := testCluster(t, 3)
 	leader := waitForLeaderDuties(t, servers...)
 	relay := followers(servers)[0]

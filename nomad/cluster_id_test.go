@@ -30,6 +30,7 @@ func waitClusterID(t *testing.T, servers ...*Server) string {
 }
 
 func TestClusterID_ForeignDataDirIsFatal(t *testing.T) {
+	t.Parallel()
 	// Cluster A: one server, stopped; its data dir is what gets misused.
 	aDir := t.TempDir()
 	a := testServer(t, func(c *Config) { c.BootstrapExpect = 1; c.DataDir = aDir })
@@ -94,6 +95,7 @@ func TestClusterID_ForeignDataDirIsFatal(t *testing.T) {
 // rebuilt from that snapshot answer for the snapshot's cluster again, so
 // the clients of that cluster recognise them.
 func TestClusterID_RestoredWithSnapshot(t *testing.T) {
+	t.Parallel()
 	old := testServer(t, func(c *Config) { c.BootstrapExpect = 1 })
 	waitForLeader(t, old)
 	oldID := waitClusterID(t, old)

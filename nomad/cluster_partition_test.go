@@ -52,6 +52,7 @@ func waitNotLeader(t *testing.T, s *Server) {
 }
 
 func TestMemCluster_ElectsOneLeader(t *testing.T) {
+	t.Parallel()
 	c := testMemCluster(t, 3)
 	leader := waitForLeader(t, c.servers...)
 	future := leader.Raft().GetConfiguration()
@@ -69,6 +70,7 @@ func TestMemCluster_ElectsOneLeader(t *testing.T) {
 // leader that takes writes, and the old one refuses writes rather than
 // accepting what it cannot commit.
 func TestMemCluster_PartitionedLeader(t *testing.T) {
+	t.Parallel()
 	c := testMemCluster(t, 3)
 	old := waitForLeader(t, c.servers...)
 	rest := c.others(old)
@@ -101,6 +103,7 @@ func TestMemCluster_PartitionedLeader(t *testing.T) {
 // timers: on a loaded machine the 250 ms ones can make the remaining pair
 // hold an election too, which is not what this test is about.
 func TestMemCluster_PartitionedFollower(t *testing.T) {
+	t.Parallel()
 	c := testMemClusterWith(t, 3, withSteadyRaft)
 	waitForLeader(t, c.servers...)
 	cut := followers(c.servers)[0]
@@ -125,6 +128,7 @@ func TestMemCluster_PartitionedFollower(t *testing.T) {
 // After a heal the cut-off server rejoins as a follower, catches up with
 // every write made without it, and the cluster agrees on one leader.
 func TestMemCluster_Heal(t *testing.T) {
+	t.Parallel()
 	c := testMemCluster(t, 3)
 	old := waitForLeader(t, c.servers...)
 	rest := c.others(old)
@@ -154,6 +158,7 @@ func TestMemCluster_Heal(t *testing.T) {
 // must still end with one leader that all three accept once healed, and
 // no write may be lost.
 func TestMemCluster_OneWayCut(t *testing.T) {
+	t.Parallel()
 	c := testMemCluster(t, 3)
 	leader := waitForLeader(t, c.servers...)
 	follower := followers(c.servers)[0]
@@ -189,6 +194,7 @@ func TestMemCluster_RaftTransportAddressMustMatch(t *testing.T) {
 // RPC port: nothing there would ever take the connection, and it would
 // stay open and counted against the caller's connections.
 func TestMemCluster_RaftByteRefusedWhenRaftElsewhere(t *testing.T) {
+	t.Parallel()
 	c := testMemCluster(t, 1)
 	conn := rawConn(t, c.servers[0], structs.RPCRaft)
 	requireConnClosed(t, conn)

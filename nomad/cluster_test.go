@@ -33,6 +33,7 @@ func registerNode(t *testing.T, s *Server, n *structs.Node) *structs.NodeUpdateR
 }
 
 func TestCluster_ElectsOneLeader(t *testing.T) {
+	t.Parallel()
 	servers := testMemCluster(t, 3).servers
 	leader := waitForLeader(t, servers...)
 	must.Len(t, 2, followers(servers))
@@ -55,6 +56,7 @@ func TestCluster_ElectsOneLeader(t *testing.T) {
 }
 
 func TestCluster_FollowerForwardsWrites(t *testing.T) {
+	t.Parallel()
 	servers := testMemCluster(t, 3).servers
 	follower := followers(servers)[0]
 	leader := waitForLeader(t, servers...)
@@ -78,6 +80,7 @@ func TestCluster_FollowerForwardsWrites(t *testing.T) {
 }
 
 func TestCluster_NewLeaderKeepsCommittedWrites(t *testing.T) {
+	t.Parallel()
 	servers := testMemCluster(t, 3).servers
 	leader := waitForLeader(t, servers...)
 	var ids []string
@@ -115,6 +118,7 @@ func TestCluster_NewLeaderKeepsCommittedWrites(t *testing.T) {
 }
 
 func TestCluster_RestartedFollowerCatchesUp(t *testing.T) {
+	t.Parallel()
 	servers := testCluster(t, 3)
 	follower := followers(servers)[0]
 	cfg := follower.Config()

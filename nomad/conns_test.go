@@ -88,6 +88,7 @@ func TestConn_CapPerClient(t *testing.T) {
 }
 
 func TestConn_HandshakeTimeout(t *testing.T) {
+	t.Parallel()
 	srv := testServer(t, func(c *Config) {
 		withLongHeartbeats(c)
 		c.RPCHandshakeTimeout = 200 * time.Millisecond
@@ -106,6 +107,7 @@ func TestConn_HandshakeTimeout(t *testing.T) {
 }
 
 func TestConn_RPCFrameTimeout(t *testing.T) {
+	t.Parallel()
 	const frameTimeout = 300 * time.Millisecond
 	srv := testServer(t, func(c *Config) {
 		withLongHeartbeats(c)
@@ -165,6 +167,7 @@ func raftBytes(t *testing.T, rpcType byte, req any) []byte {
 }
 
 func TestConn_RaftFrameTimeout(t *testing.T) {
+	t.Parallel()
 	srv := testServer(t, func(c *Config) {
 		withLongHeartbeats(c)
 		c.RPCFrameTimeout = 300 * time.Millisecond
@@ -193,6 +196,7 @@ func TestConn_RaftFrameTimeout(t *testing.T) {
 }
 
 func TestConn_SessionFrameTimeout(t *testing.T) {
+	t.Parallel()
 	srv := testServer(t, func(c *Config) {
 		withLongHeartbeats(c)
 		c.RPCFrameTimeout = 300 * time.Millisecond
@@ -283,6 +287,7 @@ func TestConn_BadConnectionsLogRateLimited(t *testing.T) {
 }
 
 func TestConn_IntraClusterUnderCap(t *testing.T) {
+	t.Parallel()
 	servers := testClusterWith(t, 3, withLongHeartbeats)
 	leader := waitForLeaderDuties(t, servers...)
 	// Forward a few writes from each follower so the pools are in use.

@@ -200,6 +200,7 @@ func TestCSIVolume_ClaimPublishesAndReleases(t *testing.T) {
 }
 
 func TestCSIVolume_WatcherReleasesClaimsOfDownNode(t *testing.T) {
+	t.Parallel()
 	f := newCSIFixture(t)
 	vol := f.volume(t, "data")
 	a1 := f.alloc(t, f.nodeB.ID)

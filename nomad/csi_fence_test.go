@@ -19,6 +19,7 @@ import (
 // running one — although node-a comes first in the usual order, until a
 // call on node-b is answered. Then the usual order applies again.
 func TestControllerFence_SurvivesLeaderChange(t *testing.T) {
+	t.Parallel()
 	servers := testMemClusterWith(t, 3, withLongHeartbeats).servers
 	old := waitForLeaderDuties(t, servers...)
 	healthy := true

@@ -23,6 +23,7 @@ func (e *countingEcho) Say(args string, reply *string) error {
 // term below its own: it comes from a deposed leader and arrived late. The
 // call from the current term goes through.
 func TestClientRPC_RelayRefusesAStaleLeaderTerm(t *testing.T) {
+	t.Parallel()
 	servers := testCluster(t, 3)
 	first := waitForLeader(t, servers...)
 	// A second term, so that there is an earlier non-zero one.

@@ -42,6 +42,7 @@ func stoppedServerDir(t *testing.T, n int) (string, uint64) {
 }
 
 func TestDataDir_TruncatedRaftLogRefused(t *testing.T) {
+	t.Parallel()
 	dir, applied := stoppedServerDir(t, 40)
 	seg, end := walDataEnd(t, dir)
 	// The WAL recovers a cut tail silently, as a torn write: only the

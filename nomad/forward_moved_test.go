@@ -19,6 +19,7 @@ import (
 // allocation queries went through a follower to the old leader never heard
 // their allocations were stopped.
 func TestForward_QueryFollowsTheLeaderWhenItMoves(t *testing.T) {
+	t.Parallel()
 	c := testMemClusterWith(t, 3, withLongHeartbeats)
 	leader := waitForLeaderDuties(t, c.servers...)
 	follower := followers(c.servers)[0]

@@ -28,6 +28,7 @@ func others(servers []*Server, not *Server) []*Server {
 // Shutdown returns, another server already leads, without an election
 // timeout in between.
 func TestHandoff_ShutdownTransfersLeadership(t *testing.T) {
+	t.Parallel()
 	// Steady timers: an election contested at the start (seen under load)
 	// made the transfer time out, which is not what this test is about.
 	servers := testClusterWith(t, 3, withSteadyRaft)
@@ -48,6 +49,7 @@ func TestHandoff_ShutdownTransfersLeadership(t *testing.T) {
 // The departing leader refuses new controller calls (retryable) but lets
 // the one in flight finish before it hands over and shuts down.
 func TestHandoff_WaitsForInFlightControllerCall(t *testing.T) {
+	t.Parallel()
 	servers := testCluster(t, 3)
 	leader := waitForLeaderDuties(t, servers...)
 	lanes := leader.lanes.Load()
@@ -120,6 +122,7 @@ func holdControllerCall(t *testing.T, leader *Server) (release chan struct{}, fi
 // `operator raft transfer-leadership` drains like a shutdown does, and the
 // server stays up as a follower of the new leader.
 func TestHandoff_OperatorTransferDrainsFirst(t *testing.T) {
+	t.Parallel()
 	servers := testCluster(t, 3)
 	leader := waitForLeaderDuties(t, servers...)
 	release, finished := holdControllerCall(t, leader)
@@ -153,6 +156,7 @@ func TestHandoff_OperatorTransferDrainsFirst(t *testing.T) {
 // A transfer that fails leaves the server leading with its duties running
 // again, not a leader that refuses every client.
 func TestHandoff_FailedTransferResumesDuties(t *testing.T) {
+	t.Parallel()
 	// Raft's transfer times out after an election timeout; with the test
 	// defaults the remaining follower can time out at the same moment and
 	// take leadership, which is not what this test is about.
@@ -174,6 +178,7 @@ func TestHandoff_FailedTransferResumesDuties(t *testing.T) {
 // A transfer to a peer that does not exist, or from a lone server, is
 // refused before any duty stops.
 func TestHandoff_BadTargetChangesNothing(t *testing.T) {
+	t.Parallel()
 	servers := testCluster(t, 3)
 	leader := waitForLeaderDuties(t, servers...)
 	lanes := leader.lanes.Load()
@@ -194,6 +199,7 @@ func TestHandoff_BadTargetChangesNothing(t *testing.T) {
 
 // A leader whose duties cannot run hands over through the same handoff.
 func TestHandoff_FailedLeaderDutyHandsOver(t *testing.T) {
+	t.Parallel()
 	var bad atomic.Value // server ID whose duties fail
 	servers := testClusterWith(t, 3, func(c *Config) {
 		c.leaderDutyFault = func() error {
@@ -229,6 +235,7 @@ func TestHandoff_FailedLeaderDutyHandsOver(t *testing.T) {
 // With leave_on_terminate a server leaves the Raft configuration on
 // shutdown, after handing leadership over, and is not added back.
 func TestHandoff_LeaveOnTerminate(t *testing.T) {
+	t.Parallel()
 	servers := testCluster(t, 3)
 	leader := waitForLeaderDuties(t, servers...)
 	leader.config.LeaveOnTerminate = true
@@ -254,6 +261,8 @@ func TestHandoff_LeaveOnTerminate(t *testing.T) {
 // forwarded by a follower, are held and then served by the new leader:
 // none fails, none is applied twice.
 func TestHandoff_RequestsDuringDrainReachNewLeader(t *testing.T) {
+	// Not parallel: its writes wait out an election inside the hold
+	// timeout, which a test running beside it on 2 cores can stretch.
 	// The departing leader holds the writes for up to the hold timeout
 	// while the next leader is elected and opens its duties; the test
 	// default (2 s) is shorter than that takes on a loaded 2-core machine,

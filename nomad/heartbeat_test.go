@@ -115,6 +115,7 @@ func nodeTableIndex(t *testing.T, s *Server) uint64 {
 }
 
 func TestHeartbeat_MissedHeartbeatMarksNodeDown(t *testing.T) {
+	t.Parallel()
 	srv := testServer(t, nil)
 	cfg := srv.Config()
 	waitForLeaderDuties(t, srv)
@@ -160,6 +161,7 @@ func TestHeartbeat_MissedHeartbeatMarksNodeDown(t *testing.T) {
 }
 
 func TestHeartbeat_RegularHeartbeatsKeepNodeReady(t *testing.T) {
+	t.Parallel()
 	srv := testServer(t, nil)
 	cfg := srv.Config()
 	waitForLeaderDuties(t, srv)
@@ -210,6 +212,7 @@ func TestHeartbeat_RegularHeartbeatsKeepNodeReady(t *testing.T) {
 }
 
 func TestHeartbeat_ClientReportsDown(t *testing.T) {
+	t.Parallel()
 	srv := testServer(t, nil)
 	cfg := srv.Config()
 	waitForLeaderDuties(t, srv)
@@ -400,6 +403,7 @@ func TestHeartbeat_RegisterRejected(t *testing.T) {
 }
 
 func TestHeartbeat_NewLeaderMarksSilentNodeDown(t *testing.T) {
+	t.Parallel()
 	// Regular TTLs far longer than the test: only the failover TTL a new
 	// leader arms can mark the node down in time.
 	servers := testMemClusterWith(t, 3, func(c *Config) { c.MinHeartbeatTTL = time.Minute }).servers

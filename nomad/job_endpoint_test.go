@@ -467,6 +467,7 @@ func TestNode_DrainStopsSystemAllocsLast(t *testing.T) {
 // Past a drain's deadline, a claim that cannot be released holds the
 // node's system allocations back for DrainClaimGrace only.
 func TestNode_ForcedDrainStopsSystemAllocsAfterClaimGrace(t *testing.T) {
+	t.Parallel()
 	s, n1, sys, web, _, _ := systemDrainFixture(t, func(c *Config) { c.DrainClaimGrace = 300 * time.Millisecond })
 	var dresp structs.NodeDrainUpdateResponse
 	must.NoError(t, s.RPC("Node.UpdateDrain", &structs.NodeUpdateDrainRequest{

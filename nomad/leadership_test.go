@@ -22,6 +22,7 @@ import (
 // leadership owner, losing leadership waited for the worker while holding
 // the goroutine that reads Raft's notifications.
 func TestLeadership_LostDuringLongSchedulerPass(t *testing.T) {
+	t.Parallel()
 	var blocked atomic.Bool
 	entered, release := make(chan struct{}), make(chan struct{})
 	c := testMemClusterWith(t, 3, func(cfg *Config) {
@@ -100,6 +101,7 @@ func TestLeadership_LostDuringLongSchedulerPass(t *testing.T) {
 // open its duties until it can. Raft's applied index does not show this
 // (it counts entries handed to the FSM, not applied); the barrier does.
 func TestLeadership_DutiesWaitForEarlierEntriesApplied(t *testing.T) {
+	t.Parallel()
 	c := testMemClusterWith(t, 3, withSteadyRaft)
 	old := waitForLeaderDuties(t, c.servers...)
 	next := c.others(old)[0]

@@ -169,6 +169,7 @@ func uploadSnapshot(s *Server, file []byte) (*structs.SnapshotRestoreResponse, e
 }
 
 func TestOperator_SnapshotSaveRestoreThroughFollower(t *testing.T) {
+	t.Parallel()
 	servers := testMemCluster(t, 3).servers
 	leader := waitForLeader(t, servers...)
 	follower := followers(servers)[0]
@@ -260,6 +261,7 @@ func TestOperator_SnapshotUploadLimits(t *testing.T) {
 // one that ended after the restore would checkpoint into the restored
 // state.
 func TestOperator_SnapshotRestoreDrainsControllerCalls(t *testing.T) {
+	t.Parallel()
 	s := testServer(t, nil)
 	waitForLeaderDuties(t, s)
 	file := downloadSnapshot(t, s)

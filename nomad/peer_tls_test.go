@@ -96,6 +96,7 @@ func raftStateOf(t *testing.T, srv *Server) raftState {
 }
 
 func TestTLS_ClusterFormsAndForwards(t *testing.T) {
+	t.Parallel()
 	certs := tlstest.Write(t, structs.DefaultRegion)
 	servers := testClusterWith(t, 3, func(c *Config) {
 		withLongHeartbeats(c)
@@ -272,6 +273,7 @@ func TestTLS_ExpiredCertRefused(t *testing.T) {
 }
 
 func TestTLS_HandshakeTimeout(t *testing.T) {
+	t.Parallel()
 	certs := tlstest.Write(t, structs.DefaultRegion)
 	srv := testServer(t, func(c *Config) {
 		withLongHeartbeats(c)
@@ -385,6 +387,7 @@ func TestTLS_OtherRegionServerCertCannotSpeakRaft(t *testing.T) {
 // The per-address cap and the frame timeout hold inside TLS as they do
 // without it.
 func TestTLS_ConnLimitsHold(t *testing.T) {
+	t.Parallel()
 	const limit = 3
 	certs := tlstest.Write(t, structs.DefaultRegion)
 	srv := testServer(t, func(c *Config) {

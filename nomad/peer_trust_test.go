@@ -131,6 +131,7 @@ func TestPeerTrust_JoinAddsNoMemberUntilProbed(t *testing.T) {
 
 // Raft RPCs are vetted by who the header says sent them.
 func TestPeerTrust_RaftRPCFromStrangerRefused(t *testing.T) {
+	t.Parallel()
 	servers := testCluster(t, 3)
 	leader := waitForLeader(t, servers...)
 	f := followers(servers)[0]
@@ -172,6 +173,7 @@ func TestPeerTrust_ClientForwardsCallerTokenNotSecret(t *testing.T) {
 // server ID is seen at its address (a restarted server with a new
 // identity is replaced only once the old one has gone quiet).
 func TestPeerTrust_LiveVoterNeverReplaced(t *testing.T) {
+	t.Parallel()
 	servers := testCluster(t, 3)
 	leader := waitForLeader(t, servers...)
 	f := followers(servers)[0]

@@ -61,6 +61,7 @@ func TestAwaitRaftFrame_ReplaysWhatItHeld(t *testing.T) {
 }
 
 func TestAwaitRaftFrame_PartialFrameTimesOut(t *testing.T) {
+	t.Parallel()
 	vote := raftBytes(t, 1, &raft.RequestVoteRequest{Term: 1, Candidate: []byte("x")})
 	for name, data := range map[string][]byte{
 		"type byte only":    {0},
@@ -76,6 +77,7 @@ func TestAwaitRaftFrame_PartialFrameTimesOut(t *testing.T) {
 }
 
 func TestAwaitRaftFrame_IdleBeforeFirstByte(t *testing.T) {
+	t.Parallel()
 	server, client := net.Pipe()
 	t.Cleanup(func() { _ = client.Close() })
 	done := make(chan error, 1)
@@ -100,6 +102,7 @@ func TestAwaitRaftFrame_IdleBeforeFirstByte(t *testing.T) {
 // timeout without Raft's transport ever serving it (which costs a 256 KiB
 // buffer and a goroutine per connection); a whole frame still reaches Raft.
 func TestConn_RaftPartialFrameNeverReachesRaft(t *testing.T) {
+	t.Parallel()
 	srv := testServer(t, func(c *Config) {
 		withLongHeartbeats(c)
 		c.RPCFrameTimeout = 300 * time.Millisecond

@@ -14,6 +14,7 @@ import (
 // every other voter anyway, so that an election it starts does not wait
 // for dials.
 func TestKeepRaftLinks_FollowersHoldALinkToEachOther(t *testing.T) {
+	t.Parallel()
 	servers := testCluster(t, 3)
 	fs := followers(servers)
 	must.Len(t, 2, fs)
@@ -49,6 +50,7 @@ func TestKeepRaftLinks_FollowersHoldALinkToEachOther(t *testing.T) {
 
 // The probe is a request of term 0, which Raft answers without acting on.
 func TestKeepRaftLinks_ProbeChangesNothing(t *testing.T) {
+	t.Parallel()
 	servers := testCluster(t, 3)
 	leader := waitForLeader(t, servers...)
 	term := leader.raft.CurrentTerm()

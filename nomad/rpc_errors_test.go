@@ -115,6 +115,7 @@ func TestRPCErrors_EveryPathIntoServer(t *testing.T) {
 // survive both hops, so the caller of the follower sees the leader's
 // sentinels, and codes this build does not know pass through.
 func TestRPCErrors_ForwardedCallKeepsCodes(t *testing.T) {
+	t.Parallel()
 	servers := testMemCluster(t, 3).servers
 	leader := waitForLeaderDuties(t, servers...)
 	follower := followers(servers)[0]
@@ -149,6 +150,7 @@ func TestRPCErrors_ForwardedCallKeepsCodes(t *testing.T) {
 // A write whose error says both "no leader" and "outcome unknown" may have
 // been applied: the follower must not send it again.
 func TestRPCErrors_ForwardedOutcomeUnknownNotResent(t *testing.T) {
+	t.Parallel()
 	servers := testMemCluster(t, 3).servers
 	leader := waitForLeaderDuties(t, servers...)
 	follower := followers(servers)[0]
@@ -202,6 +204,7 @@ func (f *failingClientService) Fail(id string, reply *string) error { return f.e
 // A server-to-client call's error keeps its meaning on the direct path
 // (the server holding the session) and when relayed by ClientRPC.Forward.
 func TestRPCErrors_ClientRPCKeepsCodes(t *testing.T) {
+	t.Parallel()
 	servers := testCluster(t, 3)
 	leader := waitForLeader(t, servers...)
 	follower := followers(servers)[0]
