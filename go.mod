@@ -26,6 +26,8 @@ require (
 	google.golang.org/protobuf v1.36.12
 )
 
+require github.com/anishathalye/porcupine v1.3.1
+
 require (
 	github.com/Masterminds/semver/v3 v3.4.0 // indirect
 	github.com/agext/levenshtein v1.2.1 // indirect

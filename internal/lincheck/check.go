@@ -1,0 +1,152 @@
+package lincheck
+
+import (
+	"fmt"
+	"math"
+	"sync"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+)
+
+// Recorder records a history: each operation's call and return, on the
+// monotonic clock, from any number of goroutines.
+type Recorder struct {
+	start time.Time
+
+	mu  sync.Mutex
+	ops []porcupine.Operation
+}
+
+// NewRecorder starts a history now.
+func NewRecorder() *Recorder { return &Recorder{start: time.Now()} }
+
+// Call is an operation called and not yet returned.
+type Call struct {
+	r      *Recorder
+	client int
+	in     Input
+	at     int64
+}
+
+// Begin records a call by client (a worker's number, for the
+// visualization) of in, now.
+func (r *Recorder) Begin(client int, in Input) *Call {
+	at := int64(time.Since(r.start))
+	if in.Stale {
+		// A stale read may see any state from the history's start on.
+		at = 0
+	}
+	return &Call{r: r, client: client, in: in, at: at}
+}
+
+// End records the call's return, now, with out. An Unknown result is
+// recorded as never returned: its effect, if any, may land at any point
+// after the call. A read that failed is left out: it changed nothing and
+// saw nothing.
+func (c *Call) End(out Output) {
+	if c.in.Kind == KindRead && out.Result != OK {
+		return
+	}
+	ret := int64(time.Since(c.r.start))
+	if out.Result == Unknown {
+		ret = math.MaxInt64
+	}
+	c.r.mu.Lock()
+	defer c.r.mu.Unlock()
+	c.r.ops = append(c.r.ops, porcupine.Operation{ClientId: c.client, Input: c.in, Call: c.at, Output: out, Return: ret})
+}
+
+// History returns the operations recorded so far.
+func (r *Recorder) History() []porcupine.Operation {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]porcupine.Operation(nil), r.ops...)
+}
+
+// Verdict is a check's outcome.
+type Verdict struct {
+	// Result is porcupine's: Ok, Illegal, or Unknown when the check ran
+	// out of time.
+	Result porcupine.CheckResult
+	// Ops counts the operations checked, Unknowns those of them whose
+	// outcome was unknown, Reads the reads.
+	Ops, Unknowns, Reads int
+	// ByResult counts the operations by result.
+	ByResult map[Result]int
+	// Took is how long the check ran.
+	Took time.Duration
+
+	info  porcupine.LinearizationInfo
+	model porcupine.Model
+}
+
+// Check checks history against the model of spec, for at most timeout.
+func Check(spec Spec, history []porcupine.Operation, timeout time.Duration) Verdict {
+	return check(model{spec: spec}, history, timeout)
+}
+
+// CheckBroken is Check with a model that forgets that claims conflict: a
+// judge with a bug, for showing that the check is not blind to its model
+// (any history with a claim refused as busy fails it).
+func CheckBroken(spec Spec, history []porcupine.Operation, timeout time.Duration) Verdict {
+	return check(model{spec: spec, broken: true}, history, timeout)
+}
+
+func check(m model, history []porcupine.Operation, timeout time.Duration) Verdict {
+	history = closeOpen(history)
+	v := Verdict{Ops: len(history), ByResult: make(map[Result]int), model: m.porcupine()}
+	for _, op := range history {
+		out := op.Output.(Output)
+		v.ByResult[out.Result]++
+		if out.Result == Unknown {
+			v.Unknowns++
+		}
+		if op.Input.(Input).Kind == KindRead {
+			v.Reads++
+		}
+	}
+	start := time.Now()
+	v.Result, v.info = porcupine.CheckOperationsVerbose(v.model, history, timeout)
+	v.Took = time.Since(start)
+	return v
+}
+
+// closeOpen gives the operations that never returned a return time past
+// every other event: porcupine's visualization needs finite times.
+func closeOpen(history []porcupine.Operation) []porcupine.Operation {
+	var last int64
+	for _, op := range history {
+		if op.Return != math.MaxInt64 && op.Return > last {
+			last = op.Return
+		}
+		if op.Call > last {
+			last = op.Call
+		}
+	}
+	out := make([]porcupine.Operation, len(history))
+	for i, op := range history {
+		if op.Return == math.MaxInt64 {
+			op.Return = last + 1
+		}
+		out[i] = op
+	}
+	return out
+}
+
+// Visualize writes porcupine's HTML view of the checked history (the
+// longest linearizable prefix of each volume, and where it breaks) to
+// path.
+func (v Verdict) Visualize(path string) error {
+	if v.model.Init == nil {
+		return fmt.Errorf("lincheck: no check to visualize")
+	}
+	return porcupine.VisualizePath(v.model, v.info, path)
+}
+
+// String is the verdict for a report.
+func (v Verdict) String() string {
+	return fmt.Sprintf("linearizability: %s; %d operations checked (%d reads, %d outcome unknown; ok=%d busy=%d invalid=%d in-progress=%d not-found=%d) in %s",
+		v.Result, v.Ops, v.Reads, v.Unknowns, v.ByResult[OK], v.ByResult[Busy], v.ByResult[Invalid],
+		v.ByResult[InProgress], v.ByResult[NotFound], v.Took.Round(time.Millisecond))
+}
