@@ -539,9 +539,11 @@ func (m model) read(s volState, out Output) []volState {
 		}
 		switch e.st {
 		case held:
-			if p != PhaseTaken {
-				return nil
-			}
+			// A claim's walk and a release's are several writes, and a
+			// read may fall between them: a claim is linearized at its
+			// reservation (where admission is decided) and shows
+			// publishing until its walk ends; a release is linearized
+			// where the claim is freed and shows releasing before.
 		case reserved:
 			if p == PhaseTaken {
 				// Stored taken: it stays until released.
