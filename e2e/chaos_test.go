@@ -459,8 +459,9 @@ func providerInFlight(stateDir string) ([]providerCallInFlight, error) {
 // ROAM_CHAOS_DURATION (default 90 s), once per seed in ROAM_CHAOS_SEED (a
 // comma-separated list, default "1,2": the two fixed seeds CI runs). After
 // each heal it waits for the claims that were unsettled to settle (at most
-// csiSettle) and records how long that took; at the end the checker runs.
-// It prints the schedule and the counts.
+// csiSettle) and records how long that took; at the end the checker runs,
+// and the history of the linearizability workload (linrec.go) is checked.
+// It prints the schedule, the counts and the verdict.
 func TestChaos(t *testing.T) {
 	seeds := []int64{1, 2}
 	if v := os.Getenv(EnvChaosSeed); v != "" {
@@ -481,6 +482,7 @@ func runChaos(t *testing.T, seed int64, dur time.Duration) {
 	rng := rand.New(rand.NewSource(seed))
 	cc, ch := startFaultCluster(t, 500*time.Millisecond)
 	r := newFaultRunner(t, cc, ch)
+	lin := startLinWorkload(t, cc, seed)
 	ch.start(seed)
 	start := time.Now()
 	for time.Since(start) < dur {
@@ -497,5 +499,6 @@ func runChaos(t *testing.T, seed int64, dur time.Duration) {
 	rep := ch.check(t, fmt.Sprintf("chaos seed %d", seed), healAt, nil, nil, nil)
 	t.Logf("chaos seed %d counts: %s; claims cycled=%d; longest settle after a heal=%s; unsettled 60 s after a heal=%d",
 		seed, r.counts(), rep.Cycles, r.maxSettle.Round(time.Millisecond), len(r.unsettled))
+	lin.finish(t, fmt.Sprintf("chaos seed %d", seed))
 	must.SliceEmpty(t, r.unsettled, must.Sprint("claims unsettled after a heal"))
 }

@@ -4,13 +4,9 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"net/rpc"
-	"os"
-	"path/filepath"
 	"slices"
 	"sync"
 	"testing"
@@ -32,30 +28,6 @@ import (
 // storm's effect), and so that the cluster's state does not grow with
 // every cycle (allocations and evaluations are never collected), which
 // would move the RSS the storm is judged by.
-
-// nodeIdentity is a client's node ID and secret, as the client keeps them
-// in its data dir. The loop authenticates as the node with them.
-type nodeIdentity struct {
-	NodeID   string
-	SecretID string
-}
-
-// readNodeIdentity reads the identity of the client whose data dir is
-// dataDir.
-func readNodeIdentity(dataDir string) (*nodeIdentity, error) {
-	b, err := os.ReadFile(filepath.Join(dataDir, "client", "identity.json"))
-	if err != nil {
-		return nil, err
-	}
-	var id nodeIdentity
-	if err := json.Unmarshal(b, &id); err != nil {
-		return nil, fmt.Errorf("node identity in %s: %w", dataDir, err)
-	}
-	if id.NodeID == "" || id.SecretID == "" {
-		return nil, fmt.Errorf("node identity in %s is incomplete", dataDir)
-	}
-	return &id, nil
-}
 
 // claimCallBound bounds one Claim call. A call that passes it counts as a
 // sample of this length, and an error, so that a stalled cluster shows up
@@ -244,19 +216,6 @@ func (l *claimLoop) call(i int, req *structs.CSIVolumeClaimRequest) error {
 		l.mu.Unlock()
 	}
 	return err
-}
-
-// dialRPC opens a msgpack RPC connection to a server, as a client does.
-func dialRPC(addr string) (*rpc.Client, error) {
-	conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := conn.Write([]byte{structs.RPCNomad}); err != nil {
-		conn.Close()
-		return nil, err
-	}
-	return rpc.NewClientWithCodec(structs.NewClientCodec(conn)), nil
 }
 
 // minCycles is the fewest successful cycles any worker has done.
