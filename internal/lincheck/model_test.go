@@ -184,7 +184,7 @@ func TestCheck_BrokenModelFails(t *testing.T) {
 func TestCheck_StaleWriteInjectedFails(t *testing.T) {
 	h, ok := InjectStaleWrite(testSpec, goodHistory())
 	must.True(t, ok)
-	must.Eq(t, len(goodHistory())+1, len(h))
+	must.Less(t, len(goodHistory())+1, len(h)) // the prefix up to the injected write
 	v := Check(testSpec, h, 10*time.Second)
 	must.Eq(t, porcupine.Illegal, v.Result, must.Sprint(v))
 	// The view of the failure is written.
