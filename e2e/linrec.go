@@ -125,7 +125,7 @@ type linWorkload struct {
 // the workers.
 func startLinWorkload(t *testing.T, cc *csiCluster, seed int64) *linWorkload {
 	t.Helper()
-	w := &linWorkload{t: t, cc: cc, rec: nil, ids: make(map[string]*nodeIdentity), stop: make(chan struct{}),
+	w := &linWorkload{t: t, cc: cc, ids: make(map[string]*nodeIdentity), stop: make(chan struct{}),
 		slots: make([]*Alloc, linHolders), allocs: make(map[string]*Alloc), downNodes: make(map[string]bool)}
 	names := make([]string, len(linVolumeSpecs))
 	for i, v := range linVolumeSpecs {
