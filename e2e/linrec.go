@@ -52,9 +52,10 @@ const (
 	// linCallBound bounds one call: one that passes it is recorded with
 	// its outcome unknown.
 	linCallBound = 20 * time.Second
-	// linCheckTimeout bounds the check: past it the verdict is Unknown,
-	// which fails the run as an Illegal one does.
-	linCheckTimeout = 3 * time.Minute
+	// linCheckTimeout bounds each check: past it the verdict is Unknown,
+	// which fails the run as an Illegal one does. A chaos history checks
+	// in tens of milliseconds; a minute is the CI budget's limit.
+	linCheckTimeout = time.Minute
 	linHoldersJob   = "lin-holders"
 )
 
@@ -547,9 +548,9 @@ func httpDo(method, base, path string, in any) (int, []byte, error) {
 var linHTTP = &http.Client{Timeout: linCallBound, Transport: tokenTransport{http.DefaultTransport}}
 
 // finish stops the workers, works out which holders were doomed, checks
-// the history, and shows that the check has teeth on this very history: a
-// model with a bug in it and a history with a stale write injected must
-// both fail. A failed check writes porcupine's HTML view to the report
+// the history, and shows that the check has teeth on this very history
+// (lincheck.SelfChecks): a model with a bug in it and a cut of the
+// history with a stale write injected must both fail. A failed check writes porcupine's HTML view to the report
 // dir and fails the test.
 func (w *linWorkload) finish(t *testing.T, name string) lincheck.Verdict {
 	t.Helper()
@@ -578,14 +579,14 @@ func (w *linWorkload) finish(t *testing.T, name string) lincheck.Verdict {
 	}
 	must.Positive(t, v.Ops, must.Sprint("no operations recorded"))
 
-	broken := lincheck.CheckBroken(spec, history, linCheckTimeout)
-	t.Logf("%s self-check: a model that forgets claim conflicts: %s (must be Illegal)", name, broken.Result)
-	must.Eq(t, porcupine.Illegal, broken.Result, must.Sprint("a broken model passed the history: the check is blind"))
-	injected, ok := lincheck.InjectStaleWrite(spec, history)
-	must.True(t, ok, must.Sprint("no window in the history to inject a stale write into"))
-	stale := lincheck.Check(spec, injected, linCheckTimeout)
-	t.Logf("%s self-check: the history with a stale write injected: %s (must be Illegal)", name, stale.Result)
-	must.Eq(t, porcupine.Illegal, stale.Result, must.Sprint("a history with a second writer injected passed"))
+	checks, err := lincheck.SelfChecks(spec, history, linCheckTimeout)
+	for _, c := range checks {
+		t.Logf("%s %s", name, c)
+		if !c.Passed() {
+			t.Errorf("%s: the check has no teeth: %s", name, c)
+		}
+	}
+	must.NoError(t, err)
 	return v
 }
 

@@ -112,6 +112,12 @@ func check(m model, history []porcupine.Operation, timeout time.Duration) Verdic
 	return v
 }
 
+// checkQuick is check without the linearization info a view needs:
+// porcupine stops at the first volume it proves illegal.
+func checkQuick(m model, history []porcupine.Operation, timeout time.Duration) porcupine.CheckResult {
+	return porcupine.CheckOperationsTimeout(m.porcupine(), closeOpen(history), timeout)
+}
+
 // closeOpen gives the operations that never returned a return time past
 // every other event: porcupine's visualization needs finite times.
 func closeOpen(history []porcupine.Operation) []porcupine.Operation {

@@ -184,7 +184,9 @@ func TestCheck_BrokenModelFails(t *testing.T) {
 func TestCheck_StaleWriteInjectedFails(t *testing.T) {
 	h, ok := InjectStaleWrite(testSpec, goodHistory())
 	must.True(t, ok)
-	must.Less(t, len(goodHistory())+1, len(h)) // the prefix up to the injected write
+	must.Eq(t, InjectedAlloc, h[0].Input.(Input).Alloc)
+	must.Less(t, len(goodHistory())+1, len(h)) // the cut at the injected write
+	must.Eq(t, porcupine.Ok, Check(testSpec, h[1:], 10*time.Second).Result)
 	v := Check(testSpec, h, 10*time.Second)
 	must.Eq(t, porcupine.Illegal, v.Result, must.Sprint(v))
 	// The view of the failure is written.
@@ -203,6 +205,65 @@ func TestInjectStaleWrite_SkipsHoldersWithOpenCalls(t *testing.T) {
 	}
 	_, ok := InjectStaleWrite(testSpec, h)
 	must.False(t, ok)
+}
+
+// TestInjectStaleWrite_PicksTheCheapestWindow: of two windows, the one
+// whose cut has fewer outcomes unknown is taken, though it is later: a
+// claim in flight across the first window is unknown in its cut.
+func TestInjectStaleWrite_PicksTheCheapestWindow(t *testing.T) {
+	h := []porcupine.Operation{
+		op(0, claimIn("single", "a", "n1", wr, snw), 0, 10, Output{Result: OK}),
+		op(1, claimIn("single", "b", "n2", wr, snw), 5, 35, Output{Result: Busy}),
+		op(0, releaseIn("single", "a"), 40, 50, Output{Result: OK}),
+		op(0, claimIn("single", "a", "n1", wr, snw), 60, 70, Output{Result: OK}),
+		op(0, releaseIn("single", "a"), 100, 110, Output{Result: OK}),
+	}
+	got, ok := InjectStaleWrite(testSpec, h)
+	must.True(t, ok)
+	must.Greater(t, int64(70), got[0].Call)
+	must.Eq(t, 0, countUnknown(got))
+	must.Eq(t, porcupine.Illegal, Check(testSpec, got, 10*time.Second).Result)
+}
+
+// TestCut: a cut keeps what was called by its time, of one volume; what
+// was in flight has an unknown outcome, reads in flight are left out.
+func TestCut(t *testing.T) {
+	h := append(goodHistory(),
+		op(3, claimIn("multi", "c", "n3", wr, mnmw), 0, 10, Output{Result: OK}),
+		op(3, Input{Volume: "single", Kind: KindRead}, 52, 65, readOut(map[string]Phase{"b": PhaseTaken})))
+	cut := Cut(h, "single", 53)
+	must.Len(t, 6, cut) // goodHistory up to 40; the reads in flight are left out
+	for _, o := range cut {
+		must.Eq(t, "single", o.Input.(Input).Volume)
+		must.LessEq(t, int64(53), o.Call)
+	}
+	mid := Cut(h, "single", 25) // the release is in flight
+	must.Len(t, 4, mid)
+	must.Eq(t, Unknown, mid[3].Output.(Output).Result)
+	must.Eq(t, int64(math.MaxInt64), mid[3].Return)
+	must.Eq(t, porcupine.Ok, Check(testSpec, mid, 10*time.Second).Result)
+}
+
+// TestSelfChecks: on a good history both self-checks pass, each on a
+// cut of one volume; a history without a refusal or a window is an
+// error, not a pass.
+func TestSelfChecks(t *testing.T) {
+	checks, err := SelfChecks(testSpec, goodHistory(), 10*time.Second)
+	must.NoError(t, err)
+	must.Len(t, 2, checks)
+	for _, c := range checks {
+		must.True(t, c.Passed(), must.Sprint(c))
+	}
+	_, err = SelfChecks(testSpec, goodHistory()[:1], 10*time.Second)
+	must.ErrorContains(t, err, "busy")
+	noWindow := []porcupine.Operation{
+		op(0, claimIn("single", "a", "n1", wr, snw), 0, 10, Output{Result: OK}),
+		op(1, claimIn("single", "b", "n2", wr, snw), 5, 30, Output{Result: Busy}),
+	}
+	checks, err = SelfChecks(testSpec, noWindow, 10*time.Second)
+	must.ErrorContains(t, err, "no window")
+	must.Len(t, 1, checks)
+	must.True(t, checks[0].Passed(), must.Sprint(checks[0]))
 }
 
 // A stale read may see an earlier state, a read that is not stale may
