@@ -21,6 +21,11 @@ type Recorder struct {
 // NewRecorder starts a history now.
 func NewRecorder() *Recorder { return &Recorder{start: time.Now()} }
 
+// Offset is t as the history records it: nanoseconds since the
+// recorder's start, on the monotonic clock (t must carry it, as time.Now's
+// does). It lets a caller pick out the operations called within a window.
+func (r *Recorder) Offset(t time.Time) int64 { return int64(t.Sub(r.start)) }
+
 // Call is an operation called and not yet returned.
 type Call struct {
 	r      *Recorder

@@ -295,8 +295,10 @@ func TestCheck_LostClaimFails(t *testing.T) {
 
 func TestRecorder(t *testing.T) {
 	r := NewRecorder()
+	before := time.Now()
 	c := r.Begin(0, claimIn("single", "a", "n1", wr, snw))
 	c.End(Output{Result: OK})
+	after := time.Now()
 	r.Begin(1, claimIn("single", "b", "n2", wr, snw)).End(Output{Result: Unknown})
 	r.Begin(2, Input{Volume: "single", Kind: KindRead}).End(Output{Result: Unknown}) // a failed read: left out
 	r.Begin(2, Input{Volume: "single", Kind: KindRead, Stale: true}).End(readOut(nil))
@@ -304,6 +306,10 @@ func TestRecorder(t *testing.T) {
 	must.Len(t, 3, h)
 	must.Eq(t, int64(math.MaxInt64), h[1].Return)
 	must.Eq(t, int64(0), h[2].Call)
+	// Offset places times on the history's clock: the first call lies
+	// between the offsets of the times taken around it.
+	must.LessEq(t, h[0].Call, r.Offset(before))
+	must.LessEq(t, r.Offset(after), h[0].Return)
 	v := Check(testSpec, h, 10*time.Second)
 	must.Eq(t, porcupine.Ok, v.Result, must.Sprint(v))
 }
