@@ -320,7 +320,7 @@ func claimStepError(w claimWalk, step csiclaim.Step, callErr error) error {
 // claimInput reads what the next step of w's claim depends on.
 func (s *Server) claimInput(w claimWalk) (csiclaim.Input, *structs.CSIVolume, error) {
 	store := s.State()
-	in := csiclaim.Input{Goal: w.goal, NodeReleased: w.nodeReleased, Now: time.Now(), PublishTimeout: stuckPublishingAfter}
+	in := csiclaim.Input{Goal: w.goal, NodeReleased: w.nodeReleased, PublishTimeout: stuckPublishingAfter}
 	vol, err := store.CSIVolumeByID(nil, structs.DefaultNamespace, w.volID)
 	if err != nil {
 		return in, nil, err
@@ -329,6 +329,7 @@ func (s *Server) claimInput(w claimWalk) (csiclaim.Input, *structs.CSIVolume, er
 		return in, nil, fmt.Errorf("%w: volume %q", structs.ErrNotFound, w.volID)
 	}
 	in.Claim = vol.Claims[w.allocID]
+	in.PublishingFor = s.publishAges.Of(w.volID, in.Claim, time.Now())
 	nodeID := ""
 	switch {
 	case in.Claim != nil:

@@ -21,6 +21,7 @@ import (
 	"github.com/roamhq/roam/internal/connlimit"
 	"github.com/roamhq/roam/internal/fsutil"
 	"github.com/roamhq/roam/internal/ratelog"
+	"github.com/roamhq/roam/nomad/csiclaim"
 	"github.com/roamhq/roam/nomad/raftlog"
 	"github.com/roamhq/roam/nomad/raftmeta"
 	"github.com/roamhq/roam/state"
@@ -81,6 +82,9 @@ type Server struct {
 	lanes atomic.Pointer[controllerLanes]
 	// claims are the volume claims this leader is working on now.
 	claims claimsInFlight
+	// publishAges measures, on this server's clock, how long claims have
+	// sat in publishing: for its claim walks and its volume watcher.
+	publishAges csiclaim.PublishAges
 	// forwarding counts writes being held for a leader or forwarded.
 	forwarding inFlight
 	// plans carries the workers' plans to the one goroutine that applies

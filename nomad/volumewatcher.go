@@ -68,6 +68,7 @@ func (s *Server) runVolumeWatcher(ctx context.Context) {
 	cfg.Releaser = watcherReleaser{s}
 	cfg.Logger = s.logger
 	cfg.PublishTimeout = stuckPublishingAfter
+	cfg.PublishAges = &s.publishAges
 	w, err := volumewatcher.New(cfg)
 	if err != nil {
 		// A broken constant, not an operator's mistake.

@@ -1,9 +1,10 @@
 // Package csiclaim is the claim lifecycle as one deterministic core: given
-// a claim, its allocation, its node, the plugin and the time, Next says
-// what to do next — write a checkpoint, make a CSI call, wait, or stop.
-// It does no I/O. The leader's claim endpoint, the volume watcher, volume
-// detach and forced deregistration carry out what it returns, so they all
-// follow the same rules, and the rules are tested as a table.
+// a claim, its allocation, its node, the plugin and how long the claim has
+// sat in publishing, Next says what to do next — write a checkpoint, make
+// a CSI call, wait, or stop. It does no I/O. The leader's claim endpoint,
+// the volume watcher, volume detach and forced deregistration carry out
+// what it returns, so they all follow the same rules, and the rules are
+// tested as a table.
 //
 // The rule that matters most: a claim is released only once its task is
 // gone. The client reporting the allocation terminal says so; so does the
@@ -199,10 +200,13 @@ type Input struct {
 	// Last is the outcome of the call the previous step asked for; zero
 	// when the walk starts (on this leader, or on a new one).
 	Last Outcome
-	// Now and PublishTimeout decide when a claim left in publishing (its
-	// leader gone mid-publish, its client gone quiet) may be released
-	// although its allocation still runs: it never got the volume.
-	Now            time.Time
+	// PublishingFor and PublishTimeout decide when a claim left in
+	// publishing (its leader gone mid-publish, its client gone quiet) may
+	// be released although its allocation still runs: it never got the
+	// volume. PublishingFor is how long this server has seen the claim
+	// sit in publishing unchanged, on its own clock (see PublishAges),
+	// never a stored timestamp: that came from some server's wall clock.
+	PublishingFor  time.Duration
 	PublishTimeout time.Duration
 }
 
@@ -312,7 +316,7 @@ func nextRelease(in Input) Step {
 	case structs.CSIVolumeClaimStatePublishing, structs.CSIVolumeClaimStateTaken:
 		if !in.NodeReleased && !Releasable(in.Alloc, in.Node) {
 			if in.Claim.State == structs.CSIVolumeClaimStatePublishing && in.PublishTimeout > 0 &&
-				in.Now.Sub(time.Unix(0, in.Claim.UpdatedAt)) > in.PublishTimeout {
+				in.PublishingFor > in.PublishTimeout {
 				return checkpoint(structs.CSIVolumeClaimStateUnpublishing,
 					"the claim was left in publishing; its allocation never got the volume")
 			}

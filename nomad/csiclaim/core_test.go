@@ -37,10 +37,14 @@ const (
 	evUnknown       event = "first call's outcome unknown"
 	evPublishStale  event = "claim left in publishing past its timeout"
 	evSibling       event = "one task failed; a sibling task still runs"
+	// evStampOld: the claim's stored stamp is an hour old, as after the
+	// wall clock stepped forward or on a leader whose clock runs ahead;
+	// this server has seen it in publishing for a second only.
+	evStampOld event = "stored stamp an hour old, seen for a second"
 )
 
 var releaseEvents = []event{evRunning, evStopRequested, evExited, evAllocGone, evNodeDown, evNodeGone,
-	evNodeReleased, evPluginAbsent, evNoController, evRetryable, evFinal, evUnknown, evPublishStale, evSibling}
+	evNodeReleased, evPluginAbsent, evNoController, evRetryable, evFinal, evUnknown, evPublishStale, evSibling, evStampOld}
 
 var claimEvents = []event{evRunning, evStopRequested, evExited, evAllocGone, evNodeDown, evNodeGone,
 	evPluginAbsent, evNoController, evRetryable, evFinal, evUnknown}
@@ -53,7 +57,7 @@ func world(goal Goal, st structs.CSIClaimState, ev event) (Input, Result) {
 	node := &structs.Node{ID: "node-1", Status: structs.NodeStatusReady}
 	plugin := &structs.CSIPlugin{ID: "hostpath", ControllerRequired: true}
 	in := Input{Goal: goal, Alloc: alloc, Node: node, PluginID: "hostpath", Plugin: plugin,
-		Now: t0, PublishTimeout: publishTimeout}
+		PublishingFor: time.Second, PublishTimeout: publishTimeout}
 	if st != structs.CSIVolumeClaimStateFreed {
 		in.Claim = &structs.CSIVolumeClaim{AllocationID: alloc.ID, NodeID: node.ID, State: st,
 			Mode: structs.CSIVolumeClaimWrite, UpdatedAt: t0.Add(-time.Second).UnixNano()}
@@ -95,8 +99,10 @@ func world(goal Goal, st structs.CSIClaimState, ev event) (Input, Result) {
 			"writer":  {State: structs.TaskStateRunning},
 		}
 	case evPublishStale:
+		in.PublishingFor = publishTimeout + time.Second
+	case evStampOld:
 		if in.Claim != nil {
-			in.Claim.UpdatedAt = t0.Add(-publishTimeout - time.Second).UnixNano()
+			in.Claim.UpdatedAt = t0.Add(-time.Hour).UnixNano()
 		}
 	default:
 		panic("unknown event " + ev)
@@ -121,12 +127,13 @@ func drive(in Input, first Result) []string {
 				in.Claim = nil
 				continue
 			}
-			c := structs.CSIVolumeClaim{AllocationID: "alloc-1", NodeID: "node-1", UpdatedAt: in.Now.UnixNano()}
+			c := structs.CSIVolumeClaim{AllocationID: "alloc-1", NodeID: "node-1"}
 			if in.Claim != nil {
 				c = *in.Claim
 			}
-			c.State = step.State
+			c.State, c.UpdatedAt = step.State, t0.UnixNano()
 			in.Claim = &c
+			in.PublishingFor = 0 // a claim just written is seen afresh
 		case ActionCall:
 			trace = append(trace, step.String())
 			res := ResultOK
@@ -183,7 +190,7 @@ var releaseTable = map[structs.CSIClaimState]map[event]string{
 		evRunning: "done", evStopRequested: "done", evExited: "done", evAllocGone: "done",
 		evNodeDown: "done", evNodeGone: "done", evNodeReleased: "done", evPluginAbsent: "done",
 		evNoController: "done", evRetryable: "done", evFinal: "done", evUnknown: "done", evPublishStale: "done",
-		evSibling: "done",
+		evSibling: "done", evStampOld: "done",
 	},
 	structs.CSIVolumeClaimStatePublishing: {
 		evRunning:       inUse,
@@ -201,6 +208,7 @@ var releaseTable = map[structs.CSIClaimState]map[event]string{
 		evUnknown:      steps("checkpoint unpublishing", "call node-detach", "fail"),
 		evPublishStale: fullRelease,
 		evSibling:      inUse,
+		evStampOld:     inUse, // the stamp is another clock's; only this server's sighting counts
 	},
 	structs.CSIVolumeClaimStateTaken: {
 		evRunning:       inUse,
@@ -218,6 +226,7 @@ var releaseTable = map[structs.CSIClaimState]map[event]string{
 		evUnknown:      steps("checkpoint unpublishing", "call node-detach", "fail"),
 		evPublishStale: inUse, // only publishing goes stale
 		evSibling:      inUse, // the failed task's siblings may still be in their kill timeout
+		evStampOld:     inUse,
 	},
 	// A release that stopped part way goes on: whoever began it saw the
 	// tasks gone (or the node's own release said so).
@@ -237,6 +246,7 @@ var releaseTable = map[structs.CSIClaimState]map[event]string{
 		evUnknown:      steps("call node-detach", "fail"),
 		evPublishStale: fromUnpublishing,
 		evSibling:      fromUnpublishing,
+		evStampOld:     fromUnpublishing,
 	},
 	structs.CSIVolumeClaimStateNodeDetached: {
 		evRunning:       fromNodeDetached,
@@ -253,6 +263,7 @@ var releaseTable = map[structs.CSIClaimState]map[event]string{
 		evUnknown:       steps("call controller-unpublish", "fail"),
 		evPublishStale:  fromNodeDetached,
 		evSibling:       fromNodeDetached,
+		evStampOld:      fromNodeDetached,
 	},
 	structs.CSIVolumeClaimStateControllerDetached: {
 		evRunning: "checkpoint freed, done", evStopRequested: "checkpoint freed, done",
@@ -262,6 +273,7 @@ var releaseTable = map[structs.CSIClaimState]map[event]string{
 		evNoController: "checkpoint freed, done", evRetryable: "checkpoint freed, done",
 		evFinal: "checkpoint freed, done", evUnknown: "checkpoint freed, done",
 		evPublishStale: "checkpoint freed, done", evSibling: "checkpoint freed, done",
+		evStampOld: "checkpoint freed, done",
 	},
 }
 

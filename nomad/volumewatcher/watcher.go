@@ -55,6 +55,10 @@ type Config struct {
 	// PublishTimeout is how long a claim may sit in publishing before it
 	// is released although its allocation runs.
 	PublishTimeout time.Duration
+	// PublishAges measures that on the server's own clock; the leader
+	// shares its own with its claim walks, which must agree with the
+	// watcher. The watcher keeps one of its own when nil.
+	PublishAges *csiclaim.PublishAges
 	// ClientReleaseGrace is how long the watcher leaves a taken claim to
 	// its own client once the client reported the allocation terminal: a
 	// live client unpublishes and releases its claims itself right after,
@@ -147,6 +151,9 @@ func New(cfg Config) (*Watcher, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = hclog.NewNullLogger()
+	}
+	if cfg.PublishAges == nil {
+		cfg.PublishAges = new(csiclaim.PublishAges)
 	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -277,7 +284,8 @@ func (w *Watcher) due(store *state.StateStore, plugins map[string]*structs.CSIPl
 	}
 	step := csiclaim.Next(csiclaim.Input{
 		Goal: csiclaim.GoalRelease, Claim: claim, Alloc: alloc, Node: node,
-		PluginID: v.PluginID, Plugin: plugin, Now: now, PublishTimeout: w.cfg.PublishTimeout,
+		PluginID: v.PluginID, Plugin: plugin, PublishTimeout: w.cfg.PublishTimeout,
+		PublishingFor: w.cfg.PublishAges.Of(v.ID, claim, now),
 	})
 	switch step.Action {
 	case csiclaim.ActionWait, csiclaim.ActionDone:
@@ -396,4 +404,5 @@ func (w *Watcher) forget(live map[claimKey]bool) {
 			delete(w.claims, k)
 		}
 	}
+	w.cfg.PublishAges.Retain(func(vol, alloc string) bool { return live[claimKey{vol, alloc}] })
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -366,4 +367,48 @@ func TestWatcher_RetriesWhenControllerNodeReturns(t *testing.T) {
 
 	must.NoError(t, w.store.UpsertNode(w.next(), up.Copy()))
 	must.True(t, due(), must.Sprint("the node came back, and the release waits out its backoff"))
+}
+
+// A claim left in publishing is released after PublishTimeout of the
+// watcher's own clock, however old its stored stamp: the stamp is some
+// server's wall clock, which may have stepped or run ahead of this one's.
+func TestWatcher_PublishTimeoutOnItsOwnClock(t *testing.T) {
+	w := newWorld(t)
+	r := newFakeReleaser()
+	a := &structs.Allocation{ID: "alloc-v1", Namespace: structs.DefaultNamespace, JobID: "j", TaskGroup: "g",
+		NodeID: w.node.ID, DesiredStatus: structs.AllocDesiredStatusRun, ClientStatus: structs.AllocClientStatusRunning}
+	must.NoError(t, w.store.UpsertAllocs(w.next(), []*structs.Allocation{a}))
+	v := &structs.CSIVolume{ID: "v1", Namespace: structs.DefaultNamespace, ExternalID: "ext-v1", PluginID: "p",
+		RequestedCapabilities: []*structs.CSIVolumeCapability{{AccessMode: structs.CSIAccessModeSingleNodeWriter,
+			AttachmentMode: structs.CSIAttachmentModeFilesystem}}}
+	must.NoError(t, w.store.UpsertCSIVolumes(w.next(), []*structs.CSIVolume{v}))
+	must.NoError(t, w.store.UpdateCSIVolumeClaim(w.next(), structs.DefaultNamespace, v.ID, &structs.CSIVolumeClaim{
+		AllocationID: a.ID, NodeID: w.node.ID, Mode: structs.CSIVolumeClaimWrite,
+		AccessMode: structs.CSIAccessModeSingleNodeWriter, AttachmentMode: structs.CSIAttachmentModeFilesystem,
+		State: structs.CSIVolumeClaimStatePublishing, UpdatedAt: time.Now().Add(-time.Hour).UnixNano()}))
+
+	var elapsed atomic.Int64 // the fake clock's advance, in nanoseconds
+	start := time.Now()
+	cfg := DefaultConfig()
+	cfg.State = func() *state.StateStore { return w.store }
+	cfg.Releaser = r
+	cfg.Interval = 20 * time.Millisecond
+	cfg.MaxBackoff = 200 * time.Millisecond
+	cfg.PublishTimeout = time.Minute
+	cfg.Now = func() time.Time { return start.Add(time.Duration(elapsed.Load())) }
+	wt, err := New(cfg)
+	must.NoError(t, err)
+	runWatcher(t, wt)
+
+	// The first pass sights the claim at 0 on the watcher's clock; ten
+	// passes under a minute later, the hour-old stamp alone has not made
+	// the claim abandoned.
+	waitFor(t, "a first whole pass", func() bool { return wt.passes.Load() > 1 })
+	elapsed.Store(int64(59 * time.Second))
+	from := wt.passes.Load()
+	waitFor(t, "ten passes", func() bool { return wt.passes.Load() >= from+10 })
+	must.Zero(t, r.startedCount(v.ID), must.Sprint("released on the stored stamp, not on the watcher's own clock"))
+
+	elapsed.Store(int64(61 * time.Second))
+	waitFor(t, "the claim released once it sat a minute in publishing", func() bool { return r.finishedCount(v.ID) > 0 })
 }
