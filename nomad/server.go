@@ -69,7 +69,9 @@ type Server struct {
 	raftTransport *raftTransport
 	wal           *raftwal.WAL // nil in dev mode
 	walMeta       *raftmeta.Store
-	raftNotifyCh  chan bool
+	// raftStable holds Raft's term and vote on disk; nil in dev mode.
+	raftStable   *raftlog.Stable
+	raftNotifyCh chan bool
 	// hasRaftState is true once this server belongs to a Raft
 	// configuration, from a previous run or a bootstrap.
 	hasRaftState atomicBool
@@ -328,7 +330,10 @@ func (s *Server) setupRaft() error {
 		s.wal = wal
 		// The first append that fails stops the server (see raftlog):
 		// the restart reopens the log from disk.
-		logs, stable = raftlog.New(wal, walDir, s.fatal), wal
+		// So does a term Raft cannot write, once armed (the end of
+		// setupRaft), where Raft would panic.
+		s.raftStable = raftlog.NewStable(wal, walDir, s.fatal)
+		logs, stable = raftlog.New(wal, walDir, s.fatal), s.raftStable
 		if raftLogGuardDisabled() {
 			s.logger.Warn(EnvDisableRaftLogGuard + "=1: a failed raft log write does not stop this server")
 			logs = wal
@@ -357,7 +362,10 @@ func (s *Server) setupRaft() error {
 	}
 	s.hasRaftState.Store(has)
 
-	r, err := raft.NewRaft(rc, s.fsm, commands, stable, snaps, s.raftTransport)
+	r, err := s.newRaft(rc, commands, stable, snaps)
+	if errors.Is(err, structs.ErrRaftLogWrite) {
+		return fmt.Errorf("server: start raft: %w", err) // the disk failed a write; the data dir is whole
+	}
 	if err != nil {
 		if s.dataDir != nil {
 			return fmt.Errorf("%w: start raft on %s: %w; %s", ErrDataDirDamaged, s.config.DataDir, err, moveDataDirAside)
@@ -378,7 +386,25 @@ func (s *Server) setupRaft() error {
 			return err
 		}
 	}
+	if s.raftStable != nil {
+		s.raftStable.Arm()
+	}
 	return nil
+}
+
+// newRaft starts Raft. Raft panics, on this goroutine, when it cannot
+// write back the term it read: that panic is an error here, as a failed
+// term write is once Raft runs (raftlog.Stable). Any other panic goes on.
+func (s *Server) newRaft(rc *raft.Config, logs raft.LogStore, stable raft.StableStore, snaps raft.SnapshotStore) (r *raft.Raft, err error) {
+	defer func() {
+		if s.raftStable == nil || s.raftStable.TermWriteFailed() == nil {
+			return
+		}
+		if p := recover(); p != nil {
+			r, err = nil, s.raftStable.TermWriteFailed()
+		}
+	}()
+	return raft.NewRaft(rc, s.fsm, logs, stable, snaps, s.raftTransport)
 }
 
 // bootstrap starts a new cluster with the given servers as voters. Every

@@ -18,12 +18,13 @@
 // write of the batch and a leader steps down. The error wraps
 // structs.ErrRaftLogWrite, which the HTTP API answers with 503.
 //
-// Raft's stable keys (term and vote) are not guarded. Raft panics when one
-// cannot be written, and a server stopping after a failed append must
-// still be able to vote or start an election on its way out: the meta
-// store that holds them is a separate pair of preallocated files, which a
-// full disk does not stop, and it refuses writes by itself once one of
-// its own failed.
+// Raft's stable keys (term and vote) are not refused after a failed
+// append: a server stopping after one must still be able to vote or start
+// an election on its way out, and the meta store that holds them is a
+// separate pair of preallocated files, which a full disk does not stop
+// (it refuses writes by itself once one of its own failed). A term that
+// cannot be written stops the server too (Stable), where Raft would
+// panic.
 package raftlog
 
 import (
