@@ -149,5 +149,18 @@ func onDiskFaults(t *testing.T, a *Agent) *diskFaults {
 	if err := os.MkdirAll(a.DataDir, 0o700); err != nil {
 		t.Fatalf("e2e: %v", err)
 	}
-	return mountDiskFaults(t, backing, a.DataDir)
+	d := mountDiskFaults(t, backing, a.DataDir)
+	// Cleanups run last first: this one stops the agent before its disk
+	// is unmounted under it, and an agent that cannot stop cleanly then
+	// fails the test.
+	t.Cleanup(func() {
+		if !a.Running() {
+			return
+		}
+		code, killed, err := a.Stop(30 * time.Second)
+		if err != nil || killed || code != 0 {
+			t.Errorf("e2e: %s on a faulty disk did not stop cleanly: exit code %d, killed %v, %v", a.Name, code, killed, err)
+		}
+	})
+	return d
 }
