@@ -21,7 +21,7 @@ import (
 const clockStep = time.Hour
 
 // clockPhase is how long each phase of the clock-step test holds.
-const clockPhase = 20 * time.Second
+const clockPhase = 15 * time.Second
 
 // The machine's wall clock steps an hour forward, then to an hour behind,
 // then back to the true time, under claim churn and the linearizability
