@@ -26,15 +26,21 @@ var termKey = []byte("CurrentTerm")
 // election before it has stopped, and it died with exit 2 and a stack
 // rather than exit 1 and the reason. Once armed, a failed term write is
 // reported to fail and the goroutine that made it ends (runtime.Goexit)
-// instead of returning: every term write after Raft has started runs on
-// Raft's main loop, which so stops where it stood, before it changed the
-// term in memory; the loop's deferred cleanup still runs (a leader steps
-// down), and the server shuts down on the fatal error as it does after a
-// failed append. Raft's Shutdown does not need the loop.
+// instead of returning. After start-up that goroutine is Raft's main
+// loop, or, for a heartbeat that carries a higher term, the transport
+// goroutine serving it (the server's relay, after which it answers no
+// Raft RPC until it has stopped, as if it were down). Either stops where
+// it stood, before Raft changed
+// the term in memory; deferred cleanup still runs (a leader steps down,
+// the RPC is answered), and the server shuts down on the fatal error as
+// it does after a failed append. Raft's Shutdown needs neither.
 //
-// Before Arm the error is returned: raft.NewRaft and a bootstrap write
-// the term on their caller's goroutine, which must not end, and whose
-// error (or NewRaft's panic, see TermWriteFailed) the server reports.
+// Before Arm the error is returned: raft.NewRaft writes the term back on
+// its caller's goroutine, which must not end, and the server's own
+// single-server bootstrap waits on a future that an ended main loop
+// would never answer; NewRaft's panic on the error is the server's to
+// report (TermWriteFailed). A term write that fails between NewRaft
+// starting Raft and Arm still panics: a start-up window left open.
 type Stable struct {
 	store raft.StableStore
 	dir   string
