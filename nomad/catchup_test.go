@@ -393,8 +393,11 @@ func TestCommandIndex_FollowerCatchesUpFromASnapshot(t *testing.T) {
 		cfg := raft.DefaultConfig()
 		cfg.LocalID = servers[i].ID
 		cfg.Logger = hclog.NewNullLogger()
-		cfg.HeartbeatTimeout, cfg.ElectionTimeout = 50*time.Millisecond, 50*time.Millisecond
-		cfg.LeaderLeaseTimeout, cfg.CommitTimeout = 50*time.Millisecond, 5*time.Millisecond
+		// 50 ms timers lost the leader mid-test under -race beside the
+		// package's parallel tests (make test, once); the test needs one
+		// leader throughout, not a fast election.
+		cfg.HeartbeatTimeout, cfg.ElectionTimeout = 250*time.Millisecond, 250*time.Millisecond
+		cfg.LeaderLeaseTimeout, cfg.CommitTimeout = 250*time.Millisecond, 5*time.Millisecond
 		cfg.TrailingLogs, cfg.SnapshotThreshold = 10, 1<<30
 		r, err := raft.NewRaft(cfg, &countFSM{}, logs, wal, snaps, nodes[i].trans)
 		must.NoError(t, err)
