@@ -9,9 +9,11 @@ import (
 	"testing"
 	"time"
 
+	memdb "github.com/hashicorp/go-memdb"
 	"github.com/shoenig/test/must"
 	"github.com/shoenig/test/wait"
 
+	"github.com/roamhq/roam/state"
 	"github.com/roamhq/roam/structs"
 )
 
@@ -327,4 +329,36 @@ func TestBlocking_StaleReadOnFollower(t *testing.T) {
 	must.Error(t, err)
 	must.True(t, errors.Is(err, structs.ErrNoLeader), must.Sprintf("got %v", err))
 	must.True(t, structs.IsRetryable(err))
+}
+
+// TestBlocking_AnswerIsOnePointInTime: a write that lands while a query
+// reads must be in both its rows and its index, or in neither. Here the
+// write lands between the query's read of the nodes and of the nodes
+// table's index, where a live store would answer an index that claims
+// the node without the node: a caller blocking from that index would
+// then miss it until the next change.
+func TestBlocking_AnswerIsOnePointInTime(t *testing.T) {
+	t.Parallel()
+	s := testServer(t, nil)
+	waitForLeader(t, s)
+	var meta structs.QueryMeta
+	var ids []string
+	var written uint64
+	err := s.blockingRPC(&structs.QueryOptions{}, &meta, func(ws memdb.WatchSet, store *state.StateStore) error {
+		nodes, err := store.NodesByIDPrefix(ws, "")
+		if err != nil {
+			return err
+		}
+		for _, n := range nodes {
+			ids = append(ids, n.ID)
+		}
+		if written == 0 {
+			written = registerNode(t, s, testNode("lands-mid-query")).Index
+		}
+		meta.Index, err = store.Index(state.TableNodes)
+		return err
+	})
+	must.NoError(t, err)
+	must.Positive(t, written)
+	must.Less(t, written, meta.Index, must.Sprintf("the answer's index %d covers the write at %d, but its rows (%v) miss the node", meta.Index, written, ids))
 }

@@ -260,7 +260,14 @@ func (s *Server) blockingRPC(opts *structs.QueryOptions, meta *structs.QueryMeta
 	defer cancel()
 	defer context.AfterFunc(s.shutdownCtx, cancel)()
 	for {
-		store := s.fsm.State()
+		// One point in time for the whole answer: read from the live store,
+		// a write landing between the query's read of its rows and of its
+		// table's index would be claimed by the index but missing from the
+		// rows, and a caller blocking from that index would not see it
+		// until the next change. A snapshot's watch channels are the live
+		// store's, so the wait below still wakes on any later write.
+		snap := s.fsm.State().Snapshot()
+		store := &snap.StateStore
 		ws := memdb.NewWatchSet()
 		ws.Add(store.AbandonCh())
 		if err := fn(ws, store); err != nil {
