@@ -122,6 +122,13 @@ func (d *dataDirState) clusterID() string {
 	return d.marker.ClusterID
 }
 
+// appliedIndex is the applied index the marker holds.
+func (d *dataDirState) appliedIndex() uint64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.marker.AppliedIndex
+}
+
 // setClusterID records id as the cluster this data dir belongs to.
 func (d *dataDirState) setClusterID(id string) error {
 	d.mu.Lock()

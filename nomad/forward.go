@@ -16,14 +16,15 @@ import (
 )
 
 // forward sends a request to the leader unless this server should answer it:
-// it is the leader, or the request is a stale read. It reports whether the
+// it is the leader, or the request is a stale read and this server has
+// caught up since it started (see stale_read.go). It reports whether the
 // request was handled (forwarded, or failed). While there is no leader it
 // waits up to the hold timeout, then fails with ErrNoLeader.
 func (s *Server) forward(method string, info structs.RPCInfo, args, reply any) (bool, error) {
 	if r := info.RequestRegion(); r != "" && r != s.config.Region {
 		return true, fmt.Errorf("%w: %q (this cluster is %q)", structs.ErrWrongRegion, r, s.config.Region)
 	}
-	if info.IsRead() && info.AllowStaleRead() {
+	if info.IsRead() && info.AllowStaleRead() && s.staleReadable() {
 		return false, nil
 	}
 	// A server that shuts down lets the writes it holds reach the next

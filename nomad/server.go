@@ -75,6 +75,11 @@ type Server struct {
 	// hasRaftState is true once this server belongs to a Raft
 	// configuration, from a previous run or a bootstrap.
 	hasRaftState atomicBool
+	// staleFloor is the applied index the data dir recorded before this
+	// start; staleReadsLocal latches once stale reads may be answered from
+	// this server's own state (see stale_read.go).
+	staleFloor      uint64
+	staleReadsLocal atomicBool
 
 	members    *memberList
 	heartbeats *heartbeater
@@ -361,6 +366,9 @@ func (s *Server) setupRaft() error {
 		return fmt.Errorf("server: inspect raft state: %w", err)
 	}
 	s.hasRaftState.Store(has)
+	// A server without Raft state has no past of its own to fall behind:
+	// its stale reads may lag the cluster, as any server's may.
+	s.staleReadsLocal.Store(!has)
 
 	r, err := s.newRaft(rc, commands, stable, snaps)
 	if errors.Is(err, structs.ErrRaftLogWrite) {
@@ -374,6 +382,7 @@ func (s *Server) setupRaft() error {
 	}
 	s.raft = r
 	if s.dataDir != nil {
+		s.staleFloor = s.dataDir.appliedIndex()
 		if err := s.dataDir.record(r.AppliedIndex()); err != nil {
 			s.logger.Warn("could not write the data dir marker", "error", err)
 		}
