@@ -473,12 +473,20 @@ func TestChaos(t *testing.T) {
 		}
 	}
 	dur := durationEnv(t, EnvChaosDuration, chaosDefaultDuration)
-	for _, seed := range seeds {
-		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) { runChaos(t, seed, dur) })
+	// The summary repeats each seed's verdicts last, where a log cut to
+	// its tail (CI's) still shows why a seed failed.
+	summary := make([]string, len(seeds))
+	for i, seed := range seeds {
+		summary[i] = fmt.Sprintf("seed %d: ended before its checks (see its log)", seed)
+		ok := t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) { runChaos(t, seed, dur, &summary[i]) })
+		if !ok {
+			summary[i] = "FAILED " + summary[i]
+		}
 	}
+	t.Logf("chaos summary:\n  %s", strings.Join(summary, "\n  "))
 }
 
-func runChaos(t *testing.T, seed int64, dur time.Duration) {
+func runChaos(t *testing.T, seed int64, dur time.Duration, summary *string) {
 	rng := rand.New(rand.NewSource(seed))
 	cc, ch := startFaultCluster(t, 500*time.Millisecond)
 	r := newFaultRunner(t, cc, ch)
@@ -499,6 +507,8 @@ func runChaos(t *testing.T, seed int64, dur time.Duration) {
 	rep := ch.check(t, fmt.Sprintf("chaos seed %d", seed), healAt, nil, nil, nil)
 	t.Logf("chaos seed %d counts: %s; claims cycled=%d; longest settle after a heal=%s; unsettled 60 s after a heal=%d",
 		seed, r.counts(), rep.Cycles, r.maxSettle.Round(time.Millisecond), len(r.unsettled))
-	lin.finish(t, fmt.Sprintf("chaos seed %d", seed))
+	*summary = fmt.Sprintf("seed %d: %s; unsettled 60 s after a heal=%d; the linearizability check did not finish", seed, rep, len(r.unsettled))
+	v := lin.finish(t, fmt.Sprintf("chaos seed %d", seed))
+	*summary = fmt.Sprintf("seed %d: %s; unsettled 60 s after a heal=%d; %s", seed, rep, len(r.unsettled), v)
 	must.SliceEmpty(t, r.unsettled, must.Sprint("claims unsettled after a heal"))
 }
