@@ -489,6 +489,7 @@ func (c *Client) register(resp *structs.NodeUpdateResponse) error {
 	if err := c.RPC("Node.Register", &structs.NodeRegisterRequest{Node: node, IntroToken: c.config.IntroToken, CSILeaderTerm: c.csi.LeaderTerm()}, resp); err != nil {
 		return fmt.Errorf("register node: %w", err)
 	}
+	c.csi.SetMinServerVersion(resp.MinServerVersion)
 	c.mu.Lock()
 	c.registered = true
 	c.mu.Unlock()

@@ -14,6 +14,7 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/roamhq/roam/internal/upgrade"
 	"github.com/roamhq/roam/structs"
 )
 
@@ -79,6 +80,11 @@ type csiManager struct {
 	// a heartbeat answer (see admitTerm); saveMu orders its saves.
 	leaderTerm atomic.Uint64
 	saveMu     sync.Mutex
+	// minServer is the oldest server build the last heartbeat answer
+	// reported ("" from older leaders): once it has
+	// upgrade.LaneTermRequired, destructive calls without a term are
+	// refused (see admitTerm).
+	minServer atomic.Pointer[string]
 
 	// mu guards plugins and closed.
 	mu      sync.Mutex
@@ -419,7 +425,7 @@ func (m *csiManager) renew(ctx context.Context, deadline time.Time) time.Time {
 // (zero: a read from outside a leader's lane) is not checked.
 func (m *csiManager) admitTerm(pluginID, method string, term uint64) error {
 	if term == 0 {
-		return nil
+		return termlessAdmitted(pluginID, method, m.MinServerVersion())
 	}
 	m.learnTerm(term)
 	if seen := m.leaderTerm.Load(); term < seen {
@@ -705,4 +711,44 @@ func (m *csiManager) shutdown(ctx context.Context) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// SetMinServerVersion records the oldest server build a heartbeat answer
+// reported.
+func (m *csiManager) SetMinServerVersion(v string) { m.minServer.Store(&v) }
+
+// MinServerVersion is the oldest server build last reported, "" if none
+// was.
+func (m *csiManager) MinServerVersion() string {
+	if v := m.minServer.Load(); v != nil {
+		return *v
+	}
+	return ""
+}
+
+// destructiveCalls are the controller calls a server sends only through
+// its lanes, stamped with their term (nomad's onController).
+var destructiveCalls = map[string]bool{
+	"ControllerPublishVolume": true, "ControllerUnpublishVolume": true,
+	"CreateVolume": true, "DeleteVolume": true, "ControllerExpandVolume": true,
+	"CreateSnapshot": true, "DeleteSnapshot": true,
+}
+
+// termlessAdmitted decides a controller call that carries no leader term.
+// Servers before upgrade.LaneTermRequired sent none, and could not be
+// fenced; while one may still be in the cluster (minServer older, or not
+// reported), such a call runs. Once every server sends terms, a
+// destructive call without one can only come from a server that should
+// not be sending it, and is refused as a stale term's is. Calls that
+// change nothing run outside the lanes, without a term, and always run.
+func termlessAdmitted(pluginID, method, minServer string) error {
+	if !destructiveCalls[method] {
+		return nil
+	}
+	min, err := upgrade.Parse(minServer)
+	if err != nil || !upgrade.LaneTermRequired.Enabled(min) {
+		return nil
+	}
+	return fmt.Errorf("%w: csi %s for plugin %q carries no leader term, but every server runs %s or newer (%s); not run",
+		structs.ErrStaleLeaderTerm, method, pluginID, min, upgrade.LaneTermRequired.Name)
 }

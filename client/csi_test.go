@@ -1052,3 +1052,61 @@ func TestControllerLease(t *testing.T) {
 		})
 	}
 }
+
+func TestTermlessAdmitted(t *testing.T) {
+	cases := []struct {
+		method, minServer string
+		refused           bool
+	}{
+		{"ControllerPublishVolume", "", false},      // a leader before the report: may be old
+		{"ControllerPublishVolume", "0.1.0", false}, // an old server is in the cluster
+		{"ControllerPublishVolume", "bogus", false},
+		{"ControllerPublishVolume", "0.2.0", true},
+		{"ControllerUnpublishVolume", "0.3.0", true},
+		{"CreateVolume", "0.2.0", true},
+		{"DeleteVolume", "0.2.0", true},
+		{"ControllerExpandVolume", "0.2.0", true},
+		{"CreateSnapshot", "0.2.0", true},
+		{"DeleteSnapshot", "0.2.0", true},
+		{"ListVolumes", "0.2.0", false}, // changes nothing: sent outside the lanes, without a term
+		{"ValidateVolumeCapabilities", "0.2.0", false},
+		{"ListSnapshots", "0.2.0", false},
+	}
+	for _, c := range cases {
+		err := termlessAdmitted("hp", c.method, c.minServer)
+		if c.refused {
+			must.ErrorIs(t, err, structs.ErrStaleLeaderTerm, must.Sprintf("%s with servers at %q", c.method, c.minServer))
+		} else {
+			must.NoError(t, err, must.Sprintf("%s with servers at %q", c.method, c.minServer))
+		}
+	}
+}
+
+// A publish without a leader term runs while a server older than the
+// lane-term gate may be in the cluster, and is refused, unrun, once the
+// leader reports every server has it.
+func TestClient_TermlessCallFencedOnceEveryServerSendsTerms(t *testing.T) {
+	dir, m, ep := hostpathEndpoint(t, "node-g", nil)
+	c := &Client{csi: m, logger: hclog.NewNullLogger()}
+	vol := createVolume(t, ep, "hp", "gate")
+	req := attachRequest("hp", vol, "node-g")
+	req.LeaderTerm = 0
+	var resp structs.ClientCSIControllerAttachVolumeResponse
+
+	c.noteContact(time.Now(), &structs.NodeUpdateResponse{LeaderTerm: 3, MinServerVersion: "0.1.0"})
+	must.NoError(t, ep.ControllerAttachVolume(req, &resp))
+	calls, err := hostpath.ReadCalls(dir, "node-g")
+	must.NoError(t, err)
+	must.Eq(t, int64(1), calls["ControllerPublishVolume"])
+
+	c.noteContact(time.Now(), &structs.NodeUpdateResponse{LeaderTerm: 3, MinServerVersion: structs.Version})
+	err = ep.ControllerAttachVolume(req, &resp)
+	must.ErrorIs(t, err, structs.ErrStaleLeaderTerm)
+	must.ErrorContains(t, err, "carries no leader term")
+	calls, err = hostpath.ReadCalls(dir, "node-g")
+	must.NoError(t, err)
+	must.Eq(t, int64(1), calls["ControllerPublishVolume"])
+
+	req.LeaderTerm = 3
+	must.NoError(t, ep.ControllerAttachVolume(req, &resp))
+}

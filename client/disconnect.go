@@ -146,6 +146,7 @@ func (c *Client) noteContact(sent time.Time, resp *structs.NodeUpdateResponse) b
 	if sent.Before(c.lastContact) && !c.contactFromDisk {
 		return false
 	}
+	c.csi.SetMinServerVersion(resp.MinServerVersion)
 	c.lastContact, c.contactFromDisk = sent, false
 	if resp.FreeClaimsAfter > 0 {
 		c.freeClaimsAfter = resp.FreeClaimsAfter

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/roamhq/roam/internal/upgrade"
 	"github.com/roamhq/roam/structs"
 )
 
@@ -336,4 +338,39 @@ func (s *Server) raftConfiguration() (raft.Configuration, uint64, error) {
 		return raft.Configuration{}, 0, err
 	}
 	return f.Configuration(), f.Index(), nil
+}
+
+// minServerVersion is the oldest build among the servers this one knows
+// (see serverBuilds).
+func (s *Server) minServerVersion() (upgrade.Version, bool) {
+	var voters []raft.Server
+	if s.raft != nil {
+		cfg, _, err := s.raftConfiguration()
+		if err != nil {
+			return upgrade.Oldest, false
+		}
+		voters = cfg.Servers
+	}
+	return upgrade.Min(serverBuilds(s.members.list(), voters))
+}
+
+// serverBuilds lists the build of every member, alive or failed (a failed
+// server may come back, and lead), and "" (the oldest) for every server of
+// the Raft configuration not yet heard from.
+func serverBuilds(members []*structs.ServerMember, voters []raft.Server) []string {
+	builds := make([]string, 0, len(members)+len(voters))
+	known := make(map[string]bool, len(members))
+	for _, m := range members {
+		if m.Status == structs.MemberLeft {
+			continue
+		}
+		known[m.ID] = true
+		builds = append(builds, m.Tags["build"])
+	}
+	for _, srv := range voters {
+		if !known[string(srv.ID)] {
+			builds = append(builds, "")
+		}
+	}
+	return builds
 }

@@ -174,6 +174,9 @@ func (n *Node) heartbeatReply(nodeID, status string, clientTerm uint64, reply *s
 			reply.LeaderTermResetFrom = clientTerm
 		}
 	}
+	if min, ok := n.srv.minServerVersion(); ok {
+		reply.MinServerVersion = min.String()
+	}
 	for _, m := range n.srv.members.alive() {
 		reply.Servers = append(reply.Servers, &structs.NodeServerInfo{
 			RPCAdvertiseAddr: m.Addr,

@@ -362,6 +362,11 @@ type NodeUpdateResponse struct {
 	// and restored from a snapshot start their terms again). The client
 	// replaces it with LeaderTerm if it still holds it.
 	LeaderTermResetFrom uint64
+	// MinServerVersion is the oldest build among the servers the answering
+	// leader knows, alive or failed (internal/upgrade); empty from builds
+	// before 0.2.0. The client gates what it enforces on it, as the
+	// servers gate what they send.
+	MinServerVersion string
 	// QueryMeta.Index is the index of the write, or of the node as read.
 	QueryMeta
 }

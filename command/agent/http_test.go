@@ -107,7 +107,7 @@ func TestHTTP_AgentMembers(t *testing.T) {
 	must.Eq(t, map[string]string{
 		"role": "nomad", "region": "global", "dc": "dc1", "id": a.Server().ID(),
 		"rpc_addr": host, "port": port, "raft_vsn": "3", "leader": "true", "voter": "true",
-		"build": "0.1.0", "expect": "1",
+		"build": structs.Version, "expect": "1",
 	}, m.Tags)
 }
 
