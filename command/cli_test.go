@@ -166,7 +166,7 @@ func TestCLI_ServerMembers(t *testing.T) {
 	host, port, _ := strings.Cut(a.Server().Addr(), ":")
 	must.Eq(t, []string{
 		"Name Address Port Status Leader Raft Version Build Datacenter Region",
-		a.Config().Name + " " + host + " " + port + " alive true 3 "+structs.Version+" dc1 global",
+		a.Config().Name + " " + host + " " + port + " alive true 3 " + structs.Version + " dc1 global",
 	}, lines(out))
 
 	code, out, _ = run("server", "members", "-json", "-address", addr)
