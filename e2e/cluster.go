@@ -16,6 +16,9 @@ import (
 
 // Opts shapes a cluster.
 type Opts struct {
+	// Binary is the roam binary every agent starts on (Agent.Bin); the one
+	// under test when empty.
+	Binary string
 	Servers int
 	Clients int
 	// ServerConfigExtra and ClientConfigExtra are HCL written to a second
@@ -89,6 +92,7 @@ func StartCluster(t testing.TB, opts Opts) *Cluster {
 	for i := 0; i < opts.Servers; i++ {
 		name := fmt.Sprintf("server-%d", i)
 		a := NewAgent(t, name, filepath.Join(c.Dir, name), next(), next())
+		a.Bin = opts.Binary
 		if opts.OwnAddrs {
 			a.IP = loopbackIP(t)
 		}
@@ -121,6 +125,7 @@ server {
 	for i := 0; i < opts.Clients; i++ {
 		name := fmt.Sprintf("client-%d", i)
 		a := NewAgent(t, name, filepath.Join(c.Dir, name), next(), next())
+		a.Bin = opts.Binary
 		if opts.OwnAddrs {
 			a.IP = loopbackIP(t)
 		}

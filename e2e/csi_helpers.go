@@ -96,6 +96,9 @@ type csiOpts struct {
 	// OwnAddrs and StopOnClientAfter are Opts' fields of the same names.
 	OwnAddrs          bool
 	StopOnClientAfter string
+	// Binary is Opts' field of the same name: the agents' binary (the
+	// plugins always run the one under test).
+	Binary string
 }
 
 // startCSICluster starts the cluster and one monolith hostpath plugin per
@@ -196,6 +199,7 @@ func startCSICluster(t *testing.T, opts csiOpts) *csiCluster {
 		LogLevel:          opts.LogLevel,
 		OwnAddrs:          opts.OwnAddrs,
 		StopOnClientAfter: opts.StopOnClientAfter,
+		Binary:            opts.Binary,
 		ClientConfigFor: func(name string) string {
 			if !opts.ExternalPlugins {
 				return ""

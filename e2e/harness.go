@@ -286,6 +286,9 @@ type Agent struct {
 	// 127.0.0.1 when empty. Agents with addresses of their own can be cut
 	// apart with a netFaults.
 	IP string
+	// Bin is the roam binary the agent starts, the one under test when
+	// empty (a rolling upgrade starts agents on an older one).
+	Bin string
 
 	t testing.TB
 
@@ -369,9 +372,12 @@ func (a *Agent) Resume() error {
 
 // Start starts the process. Its stdout and stderr are appended to LogPath.
 func (a *Agent) Start() error {
-	bin := roamBinary(a.t)
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	bin := a.Bin
+	if bin == "" {
+		bin = roamBinary(a.t)
+	}
 	if a.running {
 		return fmt.Errorf("agent %s is already running (pid %d)", a.Name, a.proc.Pid)
 	}
@@ -380,8 +386,8 @@ func (a *Agent) Start() error {
 		return err
 	}
 	a.starts++
-	fmt.Fprintf(logf, "==== e2e: start #%d of %s at %s: roam %s\n",
-		a.starts, a.Name, time.Now().Format(time.RFC3339Nano), strings.Join(a.Args, " "))
+	fmt.Fprintf(logf, "==== e2e: start #%d of %s at %s: %s %s\n",
+		a.starts, a.Name, time.Now().Format(time.RFC3339Nano), bin, strings.Join(a.Args, " "))
 
 	// Anything the agent puts in the temp dir (a -dev data dir) stays under
 	// the test's directory.
