@@ -18,7 +18,7 @@ import (
 type Opts struct {
 	// Binary is the roam binary every agent starts on (Agent.Bin); the one
 	// under test when empty.
-	Binary string
+	Binary  string
 	Servers int
 	Clients int
 	// ServerConfigExtra and ClientConfigExtra are HCL written to a second
