@@ -163,3 +163,18 @@ func (c *commandIndex) lastEarlierCommand(term, applied uint64) (uint64, bool) {
 	}
 	return 0, known < first
 }
+
+// lastCommandThrough returns the newest command at or below index, and
+// whether the index can tell: it cannot when every command it lists is
+// above index and an older one may sit below (at or under known). 0, true
+// means there is none.
+func (c *commandIndex) lastCommandThrough(index uint64) (uint64, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i := len(c.refs) - 1; i >= 0; i-- {
+		if c.refs[i].index <= index {
+			return c.refs[i].index, true
+		}
+	}
+	return 0, c.known == 0
+}

@@ -78,8 +78,8 @@ type Server struct {
 	// staleFloor is the applied index the data dir recorded before this
 	// start; staleReadsLocal latches once stale reads may be answered from
 	// this server's own state (see stale_read.go).
-	staleFloor      uint64
-	staleReadsLocal atomicBool
+	staleFloor, staleCommitAtStart uint64
+	staleReadsLocal                atomicBool
 
 	members    *memberList
 	heartbeats *heartbeater
@@ -381,6 +381,7 @@ func (s *Server) setupRaft() error {
 		return fmt.Errorf("server: start raft: %w", err)
 	}
 	s.raft = r
+	s.staleCommitAtStart = r.CommitIndex()
 	if s.dataDir != nil {
 		s.staleFloor = s.dataDir.appliedIndex()
 		if err := s.dataDir.record(r.AppliedIndex()); err != nil {

@@ -10,8 +10,8 @@ import "github.com/hashicorp/raft"
 // stale read from it would say that a volume registered an hour ago is
 // not there.
 //
-// Until it has caught up once since it started, a server that started
-// with Raft state of its own answers stale
+// Until it has caught up once since it started (staleCaughtUp), a server
+// that started with Raft state of its own answers stale
 // reads as default ones (forward): from the leader, or, with no leader,
 // with ErrNoLeader once the hold timeout passes. Once caught up it stays
 // so; lagging after that is the ordinary kind, and never behind what the
@@ -19,30 +19,33 @@ import "github.com/hashicorp/raft"
 
 // staleView is what staleCaughtUp decides on.
 type staleView struct {
-	// Applied is the Raft index the server's state has reached; Floor the
-	// one the data dir marker said it had applied before it stopped (0
-	// for a new data dir or dev mode).
-	Applied, Floor uint64
+	// Applied is the index the FSM itself has applied (Raft's
+	// AppliedIndex counts entries only queued to it); Target the newest
+	// command at or below Commit, which the FSM must have applied (Commit
+	// itself when the command index cannot tell).
+	Applied, Target uint64
+	// Floor is the Raft index the data dir marker said this server had
+	// applied before it stopped (0 for a new data dir or dev mode).
+	Floor uint64
 	// State is the server's Raft state; Leading is true once it runs a
-	// leader's duties (its barrier applied everything before its term).
+	// leader's duties (its catch-up applied every earlier command).
 	State   raft.RaftState
 	Leading bool
-	// Contacted is true once a leader's append succeeded on this server
-	// since it started; Commit is then the commit index it learned.
-	Contacted bool
-	Commit    uint64
+	// Contacted is true once a leader has been heard from since start;
+	// Commit is the commit index now, CommitAtStart the one Raft started
+	// with. A heartbeat carries no commit index, so only a Commit past
+	// CommitAtStart shows that a leader's append brought one.
+	Contacted             bool
+	Commit, CommitAtStart uint64
 }
 
 // staleCaughtUp says whether a server's own state may answer stale reads.
 func staleCaughtUp(v staleView) bool {
-	if v.Applied < v.Floor {
-		return false
-	}
 	switch v.State {
 	case raft.Leader:
-		return v.Leading
+		return v.Leading && v.Commit >= v.Floor
 	case raft.Follower:
-		return v.Contacted && v.Applied >= v.Commit
+		return v.Contacted && v.Commit > v.CommitAtStart && v.Commit >= v.Floor && v.Applied >= v.Target
 	}
 	return false
 }
@@ -54,16 +57,21 @@ func (s *Server) staleReadable() bool {
 		return true
 	}
 	r := s.raft
-	// Applied first: if the commit index moves on between the two reads,
-	// the view is behind and the answer no.
-	v := staleView{Applied: r.AppliedIndex(), Floor: s.staleFloor, State: r.State(), Leading: s.heartbeats.running()}
-	v.Contacted = !r.LastContact().IsZero()
+	// The FSM's applied index first: if the commit index moves on between
+	// the reads, the view is behind and the answer no.
+	v := staleView{Applied: s.fsm.Applied(), Floor: s.staleFloor, State: r.State(), Leading: s.heartbeats.running(),
+		Contacted: !r.LastContact().IsZero(), CommitAtStart: s.staleCommitAtStart}
 	v.Commit = r.CommitIndex()
+	v.Target = v.Commit
+	if idx, ok := s.commands.lastCommandThrough(v.Commit); ok {
+		v.Target = idx
+	}
 	if !staleCaughtUp(v) {
 		return false
 	}
 	if s.staleReadsLocal.CompareAndSwap(false, true) {
-		s.logger.Info("caught up since start; stale reads are answered from this server's state", "applied_index", v.Applied)
+		s.logger.Info("caught up since start; stale reads are answered from this server's state",
+			"applied_index", v.Applied, "commit_index", v.Commit)
 	}
 	return true
 }

@@ -80,23 +80,51 @@ func TestStaleRead_RestartedServerDoesNotGoBack(t *testing.T) {
 }
 
 func TestStaleCaughtUp(t *testing.T) {
+	// A follower that heard a leader's append: commit 12 (it started at
+	// 4), the newest command at or below it 11, the FSM at 11.
+	caught := staleView{Applied: 11, Target: 11, State: raft.Follower, Contacted: true, Commit: 12, CommitAtStart: 4}
+	with := func(f func(*staleView)) staleView { v := caught; f(&v); return v }
 	cases := []struct {
 		name string
 		v    staleView
 		want bool
 	}{
-		{"follower never contacted", staleView{Applied: 10, State: raft.Follower, Commit: 0}, false},
-		{"follower contacted, behind its commit", staleView{Applied: 10, State: raft.Follower, Contacted: true, Commit: 12}, false},
-		{"follower contacted, at its commit", staleView{Applied: 12, State: raft.Follower, Contacted: true, Commit: 12}, true},
-		{"follower at its commit, below the floor", staleView{Applied: 12, Floor: 20, State: raft.Follower, Contacted: true, Commit: 12}, false},
-		{"follower at the floor and its commit", staleView{Applied: 20, Floor: 20, State: raft.Follower, Contacted: true, Commit: 20}, true},
-		{"leader before its duties run", staleView{Applied: 20, State: raft.Leader}, false},
-		{"leader running its duties", staleView{Applied: 20, State: raft.Leader, Leading: true}, true},
-		{"leader running its duties, below the floor", staleView{Applied: 5, Floor: 20, State: raft.Leader, Leading: true}, false},
-		{"candidate", staleView{Applied: 20, State: raft.Candidate, Contacted: true, Commit: 20}, false},
-		{"shut down", staleView{Applied: 20, State: raft.Shutdown, Contacted: true, Commit: 20}, false},
+		{"follower caught up", caught, true},
+		{"follower never contacted", with(func(v *staleView) { v.Contacted = false }), false},
+		{"heard only heartbeats: commit as at start", with(func(v *staleView) { v.Commit = 4; v.Target = 4; v.Applied = 4 }), false},
+		{"FSM behind the queued entries", with(func(v *staleView) { v.Applied = 9 }), false},
+		{"commit below the floor", with(func(v *staleView) { v.Floor = 20 }), false},
+		{"commit at the floor", with(func(v *staleView) { v.Floor = 12 }), true},
+		{"candidate", with(func(v *staleView) { v.State = raft.Candidate }), false},
+		{"shut down", with(func(v *staleView) { v.State = raft.Shutdown }), false},
+		{"leader before its duties run", staleView{State: raft.Leader, Commit: 20}, false},
+		{"leader running its duties", staleView{State: raft.Leader, Leading: true, Commit: 20}, true},
+		{"leader running its duties, commit below the floor", staleView{State: raft.Leader, Leading: true, Commit: 5, Floor: 20}, false},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) { must.Eq(t, c.want, staleCaughtUp(c.v)) })
 	}
+}
+
+func TestCommandIndex_LastCommandThrough(t *testing.T) {
+	c := &commandIndex{LogStore: raft.NewInmemStore()}
+	must.NoError(t, c.StoreLogs([]*raft.Log{
+		{Index: 1, Term: 1, Type: raft.LogNoop},
+		{Index: 2, Term: 1, Type: raft.LogCommand, Data: []byte{1}},
+		{Index: 3, Term: 1, Type: raft.LogNoop},
+		{Index: 4, Term: 2, Type: raft.LogCommand, Data: []byte{1}},
+	}))
+	for _, tc := range []struct{ through, want uint64 }{{1, 0}, {2, 2}, {3, 2}, {4, 4}, {9, 4}} {
+		got, ok := c.lastCommandThrough(tc.through)
+		must.True(t, ok)
+		must.Eq(t, tc.want, got, must.Sprintf("through %d", tc.through))
+	}
+	// Below what it lists, it cannot tell: it lists every command above
+	// 8 only.
+	partial := &commandIndex{LogStore: raft.NewInmemStore(), refs: []commandRef{{index: 10, term: 3}}, known: 8}
+	_, ok := partial.lastCommandThrough(9)
+	must.False(t, ok)
+	got, ok := partial.lastCommandThrough(10)
+	must.True(t, ok)
+	must.Eq(t, uint64(10), got)
 }
