@@ -84,11 +84,24 @@ func TestUpgrade_Rolling(t *testing.T) {
 	t.Cleanup(ch.halt)
 	ch.start(time.Now().UnixNano() % 1e6)
 
-	builds, err := serverBuilds(cc.ServerHTTP(0))
-	must.NoError(t, err)
-	for name, b := range builds {
-		must.Eq(t, "0.1.0", b, must.Sprintf("server %s before the upgrade", name))
+	allOn := func(version string) {
+		WaitFor(t, leaderTimeout, func() error {
+			builds, err := serverBuilds(cc.ServerHTTP(0))
+			if err != nil {
+				return err
+			}
+			if len(builds) != len(cc.Servers) {
+				return fmt.Errorf("server-0 knows %d of %d servers: %v", len(builds), len(cc.Servers), builds)
+			}
+			for name, b := range builds {
+				if b != version {
+					return fmt.Errorf("server %s reports build %q, want %q", name, b, version)
+				}
+			}
+			return nil
+		})
 	}
+	allOn("0.1.0")
 	// cycledBy waits until the churn has cycled n more claims.
 	cycledBy := func(what string, n int) {
 		ch.mu.Lock()
@@ -134,11 +147,7 @@ func TestUpgrade_Rolling(t *testing.T) {
 		})
 		cycledBy(fmt.Sprintf("after %s's upgrade", a.Name), 2)
 	}
-	builds, err = serverBuilds(cc.ServerHTTP(0))
-	must.NoError(t, err)
-	for name, b := range builds {
-		must.Eq(t, structs.Version, b, must.Sprintf("server %s after the upgrade", name))
-	}
+	allOn(structs.Version)
 
 	for j, a := range cc.Clients {
 		code, killed, err := a.Stop(time.Minute)
