@@ -17,7 +17,7 @@ import (
 
 // forward sends a request to the leader unless this server should answer it:
 // it is the leader, or the request is a stale read and this server has
-// caught up since it started (see stale_read.go). It reports whether the
+// caught up since it started (see staleReadable). It reports whether the
 // request was handled (forwarded, or failed). While there is no leader it
 // waits up to the hold timeout, then fails with ErrNoLeader.
 func (s *Server) forward(method string, info structs.RPCInfo, args, reply any) (bool, error) {

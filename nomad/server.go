@@ -77,7 +77,7 @@ type Server struct {
 	hasRaftState atomicBool
 	// staleFloor is the applied index the data dir recorded before this
 	// start; staleReadsLocal latches once stale reads may be answered from
-	// this server's own state (see stale_read.go).
+	// this server's own state (see staleReadable).
 	staleFloor, staleCommitAtStart uint64
 	staleReadsLocal                atomicBool
 

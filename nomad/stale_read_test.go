@@ -79,33 +79,6 @@ func TestStaleRead_RestartedServerDoesNotGoBack(t *testing.T) {
 
 }
 
-func TestStaleCaughtUp(t *testing.T) {
-	// A follower that heard a leader's append: commit 12 (it started at
-	// 4), the newest command at or below it 11, the FSM at 11.
-	caught := staleView{Applied: 11, Target: 11, State: raft.Follower, Contacted: true, Commit: 12, CommitAtStart: 4}
-	with := func(f func(*staleView)) staleView { v := caught; f(&v); return v }
-	cases := []struct {
-		name string
-		v    staleView
-		want bool
-	}{
-		{"follower caught up", caught, true},
-		{"follower never contacted", with(func(v *staleView) { v.Contacted = false }), false},
-		{"heard only heartbeats: commit as at start", with(func(v *staleView) { v.Commit = 4; v.Target = 4; v.Applied = 4 }), false},
-		{"FSM behind the queued entries", with(func(v *staleView) { v.Applied = 9 }), false},
-		{"commit below the floor", with(func(v *staleView) { v.Floor = 20 }), false},
-		{"commit at the floor", with(func(v *staleView) { v.Floor = 12 }), true},
-		{"candidate", with(func(v *staleView) { v.State = raft.Candidate }), false},
-		{"shut down", with(func(v *staleView) { v.State = raft.Shutdown }), false},
-		{"leader before its duties run", staleView{State: raft.Leader, Commit: 20}, false},
-		{"leader running its duties", staleView{State: raft.Leader, Leading: true, Commit: 20}, true},
-		{"leader running its duties, commit below the floor", staleView{State: raft.Leader, Leading: true, Commit: 5, Floor: 20}, false},
-	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) { must.Eq(t, c.want, staleCaughtUp(c.v)) })
-	}
-}
-
 func TestCommandIndex_LastCommandThrough(t *testing.T) {
 	c := &commandIndex{LogStore: raft.NewInmemStore()}
 	must.NoError(t, c.StoreLogs([]*raft.Log{

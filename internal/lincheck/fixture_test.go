@@ -52,7 +52,7 @@ var chaosSpec = Spec{Capabilities: map[string][]Capability{
 // one at a time against the rest, it takes milliseconds. Three of the
 // stale reads said a volume registered all along was not: a server
 // started again answered from the state before its log (fixed in
-// nomad/stale_read.go). The check must name one of them, and pass the
+// nomad/readgate). The check must name one of them, and pass the
 // history without them.
 func TestCheck_ChaosHistoryWithStaleReads(t *testing.T) {
 	t.Parallel()
