@@ -714,8 +714,15 @@ func (m *csiManager) shutdown(ctx context.Context) error {
 }
 
 // SetMinServerVersion records the oldest server build a heartbeat answer
-// reported.
-func (m *csiManager) SetMinServerVersion(v string) { m.minServer.Store(&v) }
+// reported, and logs when it changes.
+func (m *csiManager) SetMinServerVersion(v string) {
+	if old := m.minServer.Swap(&v); old != nil && *old == v {
+		return
+	}
+	min, err := upgrade.Parse(v)
+	m.logger.Info("the servers' oldest build changed", "min_server_version", v,
+		"lane_term_required", err == nil && upgrade.LaneTermRequired.Enabled(min))
+}
 
 // MinServerVersion is the oldest server build last reported, "" if none
 // was.

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -156,6 +157,16 @@ func TestUpgrade_Rolling(t *testing.T) {
 		t.Logf("upgrade of %s: stopped (exit %d)", a.Name, code)
 		a.Bin = ""
 		cc.RestartClient(j)
+		// The upgraded client hears from the leader that every server
+		// sends lane terms, and enforces them (docs/upgrades.md).
+		WaitFor(t, leaderTimeout, func() error {
+			log := a.Log()
+			log = log[strings.LastIndex(log, "==== e2e: start #"):]
+			if !strings.Contains(log, "min_server_version="+structs.Version) || !strings.Contains(log, "lane_term_required=true") {
+				return fmt.Errorf("%s has not logged that every server runs %s", a.Name, structs.Version)
+			}
+			return nil
+		})
 		cycledBy(fmt.Sprintf("after %s's upgrade", a.Name), 2)
 	}
 	cycledBy("on the new build", 3)
