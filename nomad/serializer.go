@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	metrics "github.com/hashicorp/go-metrics"
 
+	"github.com/roamhq/roam/internal/laneadmit"
 	"github.com/roamhq/roam/structs"
 )
 
@@ -19,9 +21,12 @@ import (
 const defaultLaneCallTimeout = 2 * time.Minute
 
 // controllerLanes is the leader's serializer for destructive CSI controller
-// calls: one first-come-first-served lane per plugin ID, in memory. Calls
-// for one plugin run one at a time in arrival order; calls for different
-// plugins never wait for each other.
+// calls: one lane per plugin ID, in memory. By default a plugin's calls run
+// one at a time in arrival order; a plugin that accepts N at once (its
+// controller_concurrency) runs up to N, never two on one volume nor two
+// publish/unpublish calls for one node, each volume's and each node's calls
+// in arrival order (laneadmit.Admit decides). Calls for different plugins
+// never wait for each other.
 //
 // Waiting is bound to the caller's context and to the parent context given
 // at construction (the server's shutdown or the leader's term). There is no
@@ -72,18 +77,37 @@ type laneStats struct {
 	next   int
 }
 
-// lane is one plugin's queue. Invariant (under controllerLanes.mu): a lane
-// in the map is busy, and waiters is empty whenever the lane is not busy;
-// releasing hands the lane straight to the first waiter.
+// lane is one plugin's queue. Invariants (under controllerLanes.mu): a lane
+// in the map has a call running or waiting; every change to running,
+// waiters or limit is followed by an admission, so no waiter that
+// laneadmit.Admit would start is left waiting.
 type lane struct {
-	waiters []*laneWaiter
+	// limit is how many calls may run at once, as the latest caller gave
+	// it (the plugin's controller_concurrency).
+	limit   int
+	running []*laneTicket
+	waiters []*laneTicket
 }
 
-// laneWaiter is one queued caller. ready is closed, with granted set under
-// the lock, when the lane is handed to it.
-type laneWaiter struct {
+// laneTicket is one caller's place in a lane. ready is closed, with
+// granted set under the lock, when the call may start.
+type laneTicket struct {
+	op      string
+	key     laneadmit.Call
 	ready   chan struct{}
 	granted bool
+}
+
+// laneRequest is one call's place in its plugin's lane.
+type laneRequest struct {
+	PluginID string
+	// Op names the call for logs and stats: publish, unpublish, ...
+	Op string
+	// Key is the volume, and for publish and unpublish the target node,
+	// that no other call of the lane may act on at the same time.
+	Key laneadmit.Call
+	// Limit is the plugin's controller_concurrency; below 1 counts as 1.
+	Limit int
 }
 
 // newControllerLanes returns an empty serializer. parent ends all waiting
@@ -107,22 +131,31 @@ func newControllerLanes(parent context.Context, callTimeout time.Duration, logge
 	}
 }
 
-// Do waits for pluginID's lane, runs fn in it and returns fn's error.
+// Do runs fn in pluginID's lane alone: as Call with no key and a limit of
+// one.
+func (l *controllerLanes) Do(ctx context.Context, pluginID string, op string, fn func(ctx context.Context) error) error {
+	return l.Call(ctx, laneRequest{PluginID: pluginID, Op: op, Limit: 1}, fn)
+}
+
+// Call waits for a place in req's plugin lane, runs fn there and returns
+// fn's error.
 //
-// While waiting: if the parent context ends, Do returns an error wrapping
+// While waiting: if the parent context ends, Call returns an error wrapping
 // structs.ErrNoLeader (the client retries against the new leader); if ctx
-// ends, the caller leaves the queue, the others keep their order, and Do
+// ends, the caller leaves the queue, the others keep their order, and Call
 // returns ctx.Err() wrapped. Neither ever starts fn.
 //
 // fn's context is ctx without its cancellation, plus a deadline of
 // callTimeout. A controller call already sent must finish: cutting it when
 // the caller gives up or the leader steps down could leave a volume half
 // attached (see DESIGN, "The serializer"). The deadline keeps one hung
-// plugin from blocking its lane forever: when it passes, the lane goes to
-// the next caller even if fn has not returned (logged, and counted as
-// csi.lane.timeout). Do itself still returns only when fn does.
-func (l *controllerLanes) Do(ctx context.Context, pluginID string, op string, fn func(ctx context.Context) error) error {
-	if err := l.wait(ctx, pluginID, op); err != nil {
+// plugin from blocking its lane forever: when it passes, the call's place
+// goes to the next caller even if fn has not returned (logged, and counted
+// as csi.lane.timeout). Call itself still returns only when fn does.
+func (l *controllerLanes) Call(ctx context.Context, req laneRequest, fn func(ctx context.Context) error) error {
+	pluginID, op := req.PluginID, req.Op
+	t, err := l.wait(ctx, req)
+	if err != nil {
 		return err
 	}
 	// wait counted the call as running.
@@ -135,14 +168,15 @@ func (l *controllerLanes) Do(ctx context.Context, pluginID string, op string, fn
 	var passedDeadline bool
 
 	// Exactly one of the deadline callback and the normal return releases
-	// the lane: stop() reports true only if the callback will never run.
+	// the call's place: stop() reports true only if the callback will
+	// never run.
 	timedOut := context.AfterFunc(callCtx, func() {
 		metrics.IncrCounterWithLabels([]string{"csi", "lane", "timeout"}, 1, pluginLabels(pluginID))
 		l.logger.Warn("controller call passed its deadline; releasing lane to the next caller",
 			"plugin_id", pluginID, "op", op, "timeout", l.callTimeout)
-		l.release(pluginID)
+		l.release(pluginID, t)
 	})
-	err := fn(callCtx)
+	err = fn(callCtx)
 	passedDeadline = !timedOut()
 	// A call that ran into its deadline timed out, whether or not the
 	// lane was released before it returned.
@@ -153,7 +187,7 @@ func (l *controllerLanes) Do(ctx context.Context, pluginID string, op string, fn
 		Op: op, Start: start, Duration: time.Since(start), TimedOut: reachedDeadline, Failed: err != nil,
 	})
 	if !passedDeadline {
-		l.release(pluginID)
+		l.release(pluginID, t)
 	}
 	return err
 }
@@ -228,7 +262,7 @@ func (l *controllerLanes) waitIdle(ctx context.Context) (int, error) {
 }
 
 // Depth is the number of callers waiting in pluginID's lane, not counting
-// the running call.
+// the calls running.
 func (l *controllerLanes) Depth(pluginID string) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -238,54 +272,59 @@ func (l *controllerLanes) Depth(pluginID string) int {
 	return 0
 }
 
-// wait returns nil once the caller holds pluginID's lane, counted as
-// running. The lane is granted and counted under l.mu, after checking the
+// wait returns the caller's ticket once its call may start, counted as
+// running. The call is granted and counted under l.mu, after checking the
 // parent there: once the parent has ended and waitIdle has seen no call
 // running, no call starts.
-func (l *controllerLanes) wait(ctx context.Context, pluginID, op string) error {
+func (l *controllerLanes) wait(ctx context.Context, req laneRequest) (*laneTicket, error) {
+	pluginID, op := req.PluginID, req.Op
 	if err := l.parent.Err(); err != nil {
-		return l.noLeader(pluginID, op, err)
+		return nil, l.noLeader(pluginID, op, err)
 	}
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("csi plugin %q: %s: %w", pluginID, op, err)
+		return nil, fmt.Errorf("csi plugin %q: %s: %w", pluginID, op, err)
 	}
 
 	start := time.Now()
+	t := &laneTicket{op: op, key: req.Key, ready: make(chan struct{})}
 	l.mu.Lock()
 	if err := l.parent.Err(); err != nil {
 		l.mu.Unlock()
-		return l.noLeader(pluginID, op, err)
+		return nil, l.noLeader(pluginID, op, err)
 	}
-	ln, busy := l.lanes[pluginID]
-	if !busy {
-		l.lanes[pluginID] = &lane{}
+	ln, ok := l.lanes[pluginID]
+	if !ok {
+		ln = &lane{}
+		l.lanes[pluginID] = ln
+	}
+	ln.limit = req.Limit
+	ln.waiters = append(ln.waiters, t)
+	l.admitLocked(pluginID, ln)
+	if t.granted {
 		l.running.add()
 		l.mu.Unlock()
 		metrics.MeasureSinceWithLabels([]string{"csi", "lane", "wait"}, start, pluginLabels(pluginID))
-		return nil
+		return t, nil
 	}
-	w := &laneWaiter{ready: make(chan struct{})}
-	ln.waiters = append(ln.waiters, w)
-	l.setDepthLocked(pluginID, ln)
 	l.mu.Unlock()
 	l.logger.Debug("waiting for lane", "plugin_id", pluginID, "op", op)
 
 	var cause error
 	select {
-	case <-w.ready:
+	case <-t.ready:
 		// The parent may have ended at the same moment; no new call starts
 		// after it has.
 		l.mu.Lock()
 		if err := l.parent.Err(); err != nil {
-			l.releaseLocked(pluginID)
+			l.releaseLocked(pluginID, t)
 			l.mu.Unlock()
-			return l.noLeader(pluginID, op, err)
+			return nil, l.noLeader(pluginID, op, err)
 		}
 		l.running.add()
 		l.mu.Unlock()
 		metrics.MeasureSinceWithLabels([]string{"csi", "lane", "wait"}, start, pluginLabels(pluginID))
 		l.logger.Debug("lane acquired", "plugin_id", pluginID, "op", op, "waited", time.Since(start))
-		return nil
+		return t, nil
 	case <-ctx.Done():
 		cause = fmt.Errorf("csi plugin %q: %s: %w", pluginID, op, ctx.Err())
 	case <-l.parent.Done():
@@ -293,55 +332,73 @@ func (l *controllerLanes) wait(ctx context.Context, pluginID, op string) error {
 	}
 
 	l.mu.Lock()
-	if w.granted {
-		// Handed the lane between the select and the lock: pass it on.
-		l.releaseLocked(pluginID)
-	} else {
-		l.removeWaiterLocked(pluginID, w)
-	}
+	// Granted between the select and the lock, or not: either way the
+	// ticket leaves, and what it held or blocked may now start.
+	l.releaseLocked(pluginID, t)
 	l.mu.Unlock()
 	metrics.MeasureSinceWithLabels([]string{"csi", "lane", "wait"}, start, pluginLabels(pluginID))
 	l.logger.Debug("left lane without running", "plugin_id", pluginID, "op", op, "error", cause)
-	return cause
+	return nil, cause
 }
 
-// release hands pluginID's lane to its first waiter, or frees it.
-func (l *controllerLanes) release(pluginID string) {
+// release gives up t's place in pluginID's lane, running or waiting, and
+// starts what may start after it.
+func (l *controllerLanes) release(pluginID string, t *laneTicket) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.releaseLocked(pluginID)
+	l.releaseLocked(pluginID, t)
 }
 
-func (l *controllerLanes) releaseLocked(pluginID string) {
+func (l *controllerLanes) releaseLocked(pluginID string, t *laneTicket) {
 	ln, ok := l.lanes[pluginID]
 	if !ok {
 		panic(fmt.Sprintf("csi lane %q released while not held", pluginID))
 	}
-	if len(ln.waiters) == 0 {
+	list := &ln.waiters
+	if t.granted {
+		list = &ln.running
+	}
+	i := slices.Index(*list, t)
+	if i < 0 {
+		panic(fmt.Sprintf("csi lane %q: %s released twice", pluginID, t.op))
+	}
+	*list = slices.Delete(*list, i, i+1)
+	if len(ln.running) == 0 && len(ln.waiters) == 0 {
 		delete(l.lanes, pluginID)
 		l.setDepthLocked(pluginID, nil)
 		return
 	}
-	next := ln.waiters[0]
-	ln.waiters[0] = nil
-	ln.waiters = ln.waiters[1:]
-	next.granted = true
-	close(next.ready)
+	l.admitLocked(pluginID, ln)
+}
+
+// admitLocked starts every waiter of ln that laneadmit.Admit lets start.
+func (l *controllerLanes) admitLocked(pluginID string, ln *lane) {
+	start := laneadmit.Admit(laneKeys(ln.running), laneKeys(ln.waiters), ln.limit)
+	if len(start) > 0 {
+		kept := ln.waiters[:0]
+		next := 0
+		for i, w := range ln.waiters {
+			if next < len(start) && start[next] == i {
+				next++
+				w.granted = true
+				ln.running = append(ln.running, w)
+				close(w.ready)
+				continue
+			}
+			kept = append(kept, w)
+		}
+		clear(ln.waiters[len(kept):])
+		ln.waiters = kept
+	}
 	l.setDepthLocked(pluginID, ln)
 }
 
-func (l *controllerLanes) removeWaiterLocked(pluginID string, w *laneWaiter) {
-	ln, ok := l.lanes[pluginID]
-	if !ok {
-		return
+func laneKeys(ts []*laneTicket) []laneadmit.Call {
+	keys := make([]laneadmit.Call, len(ts))
+	for i, t := range ts {
+		keys[i] = t.key
 	}
-	for i, x := range ln.waiters {
-		if x == w {
-			ln.waiters = append(ln.waiters[:i], ln.waiters[i+1:]...)
-			break
-		}
-	}
-	l.setDepthLocked(pluginID, ln)
+	return keys
 }
 
 // setDepthLocked publishes the queue depth; it is set under the lock so
