@@ -200,6 +200,12 @@ type CSIPlugin struct {
 	ControllersExpected int
 	NodesHealthy        int
 	NodesExpected       int
+	// ControllerConcurrency is how many destructive controller calls the
+	// leader sends the plugin at once: the smallest controller_concurrency
+	// among its healthy controllers.
+	ControllerConcurrency int
+	// ControllerConcurrencyWarning says so when they disagree.
+	ControllerConcurrencyWarning string `json:",omitempty"`
 	// Allocations are the plugin's instances' allocations, as Nomad
 	// lists them.
 	Allocations []*AllocationListStub

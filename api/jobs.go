@@ -88,6 +88,9 @@ type TaskCSIPluginConfig struct {
 	ID       string
 	Type     string
 	MountDir string `json:",omitempty"`
+	// ControllerConcurrency is how many destructive controller calls the
+	// plugin accepts at once (controller_concurrency; 0 means 1).
+	ControllerConcurrency int `json:",omitempty"`
 }
 
 // Resources a task asks for.

@@ -44,6 +44,9 @@ type CSIInfo struct {
 	Healthy           bool
 	HealthDescription string
 	UpdateTime        time.Time
+	// ControllerConcurrency is a controller instance's
+	// controller_concurrency.
+	ControllerConcurrency int `json:",omitempty"`
 	// NodeInfo is what a node instance reports of its node.
 	NodeInfo *CSINodeInfo `json:",omitempty"`
 }

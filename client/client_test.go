@@ -326,6 +326,12 @@ func TestConfig_Validate(t *testing.T) {
 		{"plugin ID traversal", func(c *Config) {
 			c.CSIPlugins = map[string]*CSIPluginConfig{"../p": {ID: "../p", Type: CSIPluginTypeNode, Socket: "/run/p.sock"}}
 		}, `plugin ID "../p"`},
+		{"plugin controller_concurrency above 64", func(c *Config) {
+			c.CSIPlugins = map[string]*CSIPluginConfig{"ebs": {ID: "ebs", Type: CSIPluginTypeController, Socket: "/run/p.sock", ControllerConcurrency: 65}}
+		}, `csi plugin "ebs": controller_concurrency = 65 must be from 1 to 64`},
+		{"plugin controller_concurrency negative", func(c *Config) {
+			c.CSIPlugins = map[string]*CSIPluginConfig{"ebs": {ID: "ebs", Type: CSIPluginTypeController, Socket: "/run/p.sock", ControllerConcurrency: -1}}
+		}, `controller_concurrency = -1`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := valid()

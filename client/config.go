@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/roamhq/roam/internal/laneadmit"
 	"github.com/roamhq/roam/internal/tlsutil"
 	"github.com/roamhq/roam/structs"
 )
@@ -114,6 +115,10 @@ type CSIPluginConfig struct {
 	// AllocID is the allocation of the plugin task that serves it; empty
 	// for a plugin run outside Roam. The servers list it as the plugin's.
 	AllocID string
+	// ControllerConcurrency is how many destructive controller calls the
+	// plugin accepts at once, never two on one volume nor two
+	// publish/unpublish calls for one node; 0 means 1.
+	ControllerConcurrency int
 }
 
 // Validate names the first bad value.
@@ -130,8 +135,16 @@ func (p *CSIPluginConfig) Validate() error {
 		return fmt.Errorf("csi plugin %q: type = %q, want controller, node or monolith", p.ID, p.Type)
 	case p.Socket == "":
 		return fmt.Errorf("csi plugin %q: socket is required", p.ID)
+	case p.ControllerConcurrency != 0 && !laneadmit.Valid(p.ControllerConcurrency):
+		return fmt.Errorf("csi plugin %q: controller_concurrency = %d must be from %d to %d",
+			p.ID, p.ControllerConcurrency, laneadmit.MinLimit, laneadmit.MaxLimit)
 	}
 	return nil
+}
+
+// concurrency is the plugin's controller_concurrency, 1 when unset.
+func (p *CSIPluginConfig) concurrency() int {
+	return max(laneadmit.MinLimit, p.ControllerConcurrency)
 }
 
 func (p *CSIPluginConfig) hasController() bool {

@@ -553,6 +553,7 @@ func (m *csiManager) fingerprint(ctx context.Context, p *csiManagedPlugin, logge
 	var ctrl, node *structs.CSIInfo
 	if p.cfg.hasController() {
 		ctrl = copyCSIInfo(base)
+		ctrl.ControllerConcurrency = p.cfg.concurrency()
 		cerr := err
 		if cerr == nil {
 			var resp *csi.ControllerGetCapabilitiesResponse

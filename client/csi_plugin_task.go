@@ -76,7 +76,8 @@ func csiPluginSocket(allocID string, task *structs.Task, dirs taskDirs) (socket,
 
 // csiPluginConfigFor is what the CSI manager is given for a plugin task.
 func csiPluginConfigFor(allocID string, task *structs.Task, socket string) *CSIPluginConfig {
-	return &CSIPluginConfig{ID: task.CSIPluginConfig.ID, Type: task.CSIPluginConfig.Type, Socket: socket, AllocID: allocID}
+	return &CSIPluginConfig{ID: task.CSIPluginConfig.ID, Type: task.CSIPluginConfig.Type, Socket: socket, AllocID: allocID,
+		ControllerConcurrency: task.CSIPluginConfig.ControllerConcurrency}
 }
 
 // prepareCSIPlugin creates a plugin task's mount_dir and removes a socket

@@ -93,9 +93,13 @@ func showPlugin(c *api.Client, f *apiFlags, id string, verbose bool, out, errOut
 		{"Version", orNone(p.Version)},
 		{"Controllers Healthy", strconv.Itoa(p.ControllersHealthy)},
 		{"Controllers Expected", strconv.Itoa(p.ControllersExpected)},
+		{"Controller Concurrency", strconv.Itoa(p.ControllerConcurrency)},
 		{"Nodes Healthy", strconv.Itoa(p.NodesHealthy)},
 		{"Nodes Expected", strconv.Itoa(p.NodesExpected)},
 	}))
+	if p.ControllerConcurrencyWarning != "" {
+		fmt.Fprintf(out, "\nWarning: %s\n", p.ControllerConcurrencyWarning)
+	}
 	printInstances(out, "Controllers", p.Controllers, verbose)
 	printInstances(out, "Nodes", p.Nodes, verbose)
 	fmt.Fprintln(out, "\nAllocations")

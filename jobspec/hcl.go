@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/hcl/v2/hclparse"
 	"github.com/zclconf/go-cty/cty"
 
+	"github.com/roamhq/roam/internal/laneadmit"
 	"github.com/roamhq/roam/structs"
 )
 
@@ -99,9 +100,10 @@ type hclTask struct {
 }
 
 type hclCSIPlugin struct {
-	ID       string `hcl:"id,optional"`
-	Type     string `hcl:"type,optional"`
-	MountDir string `hcl:"mount_dir,optional"`
+	ID                    string         `hcl:"id,optional"`
+	Type                  string         `hcl:"type,optional"`
+	MountDir              string         `hcl:"mount_dir,optional"`
+	ControllerConcurrency *hcl.Attribute `hcl:"controller_concurrency,optional"`
 }
 
 type hclResources struct {
@@ -282,9 +284,34 @@ func (d *decoder) task(ht *hclTask) *structs.Task {
 		})
 	}
 	if p := ht.CSIPlugin; p != nil {
-		t.CSIPluginConfig = &structs.TaskCSIPluginConfig{ID: p.ID, Type: p.Type, MountDir: p.MountDir}
+		t.CSIPluginConfig = &structs.TaskCSIPluginConfig{ID: p.ID, Type: p.Type, MountDir: p.MountDir,
+			ControllerConcurrency: d.concurrency(p.ControllerConcurrency)}
 	}
 	return t
+}
+
+// concurrency reads a csi_plugin's controller_concurrency: 0 when absent.
+// Written, it must be a whole number from laneadmit.MinLimit to MaxLimit
+// (a written 0 is refused here, since 0 in the job means "not set").
+func (d *decoder) concurrency(attr *hcl.Attribute) int {
+	if attr == nil {
+		return 0
+	}
+	var n int
+	if diags := gohcl.DecodeExpression(attr.Expr, nil, &n); diags.HasErrors() {
+		d.diags = append(d.diags, diags...)
+		return 0
+	}
+	if !laneadmit.Valid(n) {
+		d.diags = append(d.diags, &hcl.Diagnostic{
+			Severity: hcl.DiagError,
+			Summary:  "Invalid controller_concurrency",
+			Detail:   fmt.Sprintf("controller_concurrency = %d: must be from %d to %d.", n, laneadmit.MinLimit, laneadmit.MaxLimit),
+			Subject:  attr.Expr.Range().Ptr(),
+		})
+		return 0
+	}
+	return n
 }
 
 // duration reads a duration string such as "30s"; nil when absent.

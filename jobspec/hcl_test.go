@@ -434,4 +434,24 @@ job "plugin" {
 	bad := strings.Replace(src, `type      = "monolith"`, `type      = "sidecar"`, 1)
 	_, err = ParseHCL("plugin.hcl", []byte(bad))
 	must.ErrorContains(t, err, `csi_plugin: type "sidecar" is not valid`)
+
+	withConcurrency := func(v string) string {
+		return strings.Replace(src, `mount_dir = "sock"`, `mount_dir = "sock"
+        controller_concurrency = `+v, 1)
+	}
+	job, err = ParseHCL("plugin.hcl", []byte(withConcurrency("16")))
+	must.NoError(t, err)
+	must.Eq(t, 16, job.TaskGroups[0].Tasks[0].CSIPluginConfig.ControllerConcurrency)
+	must.Zero(t, job.TaskGroups[0].Tasks[1].CSIPluginConfig.ControllerConcurrency, must.Sprint("unset means the default"))
+	for v, want := range map[string]string{
+		"0":     "controller_concurrency = 0: must be from 1 to 64",
+		"65":    "controller_concurrency = 65: must be from 1 to 64",
+		"-2":    "controller_concurrency = -2: must be from 1 to 64",
+		"1.5":   "value must be a whole number",
+		`"two"`: "a number is required",
+	} {
+		_, err = ParseHCL("plugin.hcl", []byte(withConcurrency(v)))
+		must.ErrorContains(t, err, want, must.Sprintf("controller_concurrency = %s", v))
+		must.ErrorContains(t, err, "plugin.hcl:", must.Sprint("the error names where"))
+	}
 }

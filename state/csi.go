@@ -88,6 +88,7 @@ func summarizePlugin(p *structs.CSIPlugin) {
 	p.ControllersExpected, p.ControllersHealthy = len(p.Controllers), 0
 	p.NodesExpected, p.NodesHealthy = len(p.Nodes), 0
 	p.ControllerRequired = false
+	p.ControllerConcurrency, p.ControllerConcurrencyWarning = controllerConcurrency(p.Controllers)
 	for _, info := range p.Controllers {
 		if info.Healthy {
 			p.ControllersHealthy++
@@ -104,6 +105,35 @@ func summarizePlugin(p *structs.CSIPlugin) {
 			p.Provider, p.Version = info.Provider, info.ProviderVersion
 		}
 	}
+}
+
+// controllerConcurrency is the smallest controller_concurrency among the
+// healthy controllers (a client that predates it reports 0, which is 1),
+// and, when they disagree, a warning that says so; 1 when none is healthy.
+func controllerConcurrency(controllers map[string]*structs.CSIInfo) (int, string) {
+	least, most := 0, 0
+	var leastNode, mostNode string
+	for nodeID, info := range controllers {
+		if !info.Healthy {
+			continue
+		}
+		n := max(1, info.ControllerConcurrency)
+		// Node IDs break ties, so the warning does not change with map order.
+		if least == 0 || n < least || (n == least && nodeID < leastNode) {
+			least, leastNode = n, nodeID
+		}
+		if n > most || (n == most && nodeID < mostNode) {
+			most, mostNode = n, nodeID
+		}
+	}
+	if least == 0 {
+		return 1, ""
+	}
+	if least == most {
+		return least, ""
+	}
+	return least, fmt.Sprintf("controllers disagree on controller_concurrency: %d on node %s, %d on node %s; using %d",
+		least, leastNode, most, mostNode, least)
 }
 
 func copyPlugin(p *structs.CSIPlugin) *structs.CSIPlugin {

@@ -244,3 +244,32 @@ func TestStateStore_DeleteCSIVolumesKeepsLiveClaims(t *testing.T) {
 	must.NoError(t, err)
 	must.Nil(t, got)
 }
+
+func TestControllerConcurrency(t *testing.T) {
+	healthy := func(n int) *structs.CSIInfo { return &structs.CSIInfo{Healthy: true, ControllerConcurrency: n} }
+	sick := func(n int) *structs.CSIInfo { return &structs.CSIInfo{ControllerConcurrency: n} }
+	cases := []struct {
+		name        string
+		controllers map[string]*structs.CSIInfo
+		want        int
+		warning     string
+	}{
+		{"no controllers", nil, 1, ""},
+		{"none healthy", map[string]*structs.CSIInfo{"a": sick(8)}, 1, ""},
+		{"an older client reports 0, which is 1", map[string]*structs.CSIInfo{"a": healthy(0)}, 1, ""},
+		{"one controller", map[string]*structs.CSIInfo{"a": healthy(8)}, 8, ""},
+		{"all agree", map[string]*structs.CSIInfo{"a": healthy(4), "b": healthy(4)}, 4, ""},
+		{"an unhealthy one does not count", map[string]*structs.CSIInfo{"a": healthy(4), "b": sick(1)}, 4, ""},
+		{"the smallest wins, with a warning", map[string]*structs.CSIInfo{"a": healthy(16), "b": healthy(2), "c": healthy(16)}, 2,
+			"controllers disagree on controller_concurrency: 2 on node b, 16 on node a; using 2"},
+		{"an older client holds a mixed plugin to 1", map[string]*structs.CSIInfo{"a": healthy(0), "b": healthy(8)}, 1,
+			"controllers disagree on controller_concurrency: 1 on node a, 8 on node b; using 1"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got, warning := controllerConcurrency(tc.controllers)
+			must.Eq(t, tc.want, got)
+			must.Eq(t, tc.warning, warning)
+		})
+	}
+}

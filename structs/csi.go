@@ -248,8 +248,15 @@ type CSIPlugin struct {
 	ControllersExpected int
 	NodesHealthy        int
 	NodesExpected       int
-	CreateIndex         uint64
-	ModifyIndex         uint64
+	// ControllerConcurrency is how many destructive controller calls the
+	// leader sends the plugin at once: the smallest controller_concurrency
+	// of its healthy controllers, 1 when none is healthy.
+	ControllerConcurrency int
+	// ControllerConcurrencyWarning says why, when the healthy controllers
+	// disagree on controller_concurrency; empty when they agree.
+	ControllerConcurrencyWarning string `json:",omitempty"`
+	CreateIndex                  uint64
+	ModifyIndex                  uint64
 }
 
 // MaxVolumeCapacity bounds a volume's capacity_min (1 EiB): a request

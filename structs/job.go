@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/roamhq/roam/internal/laneadmit"
 )
 
 // Job types.
@@ -121,6 +123,11 @@ type TaskCSIPluginConfig struct {
 	// the plugin creates its socket (csi.sock). A leading "/" is accepted,
 	// as Nomad writes it, and still means the task directory.
 	MountDir string
+	// ControllerConcurrency is how many destructive controller calls the
+	// plugin accepts at once, never two on one volume nor two
+	// publish/unpublish calls for one node (controller_concurrency; 0
+	// means the default, 1).
+	ControllerConcurrency int `json:",omitempty"`
 }
 
 // Resources a task asks for.
@@ -445,6 +452,9 @@ func (tg *TaskGroup) validate(jobType string, p *Problems) {
 			}
 			if !validCSIMountDir(pc.MountDir) {
 				add("task %q: csi_plugin: mount_dir %q must stay inside the task directory", t.Name, pc.MountDir)
+			}
+			if n := pc.ControllerConcurrency; n != 0 && !laneadmit.Valid(n) {
+				add("task %q: csi_plugin: controller_concurrency %d must be from %d to %d", t.Name, n, laneadmit.MinLimit, laneadmit.MaxLimit)
 			}
 		}
 	}

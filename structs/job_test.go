@@ -211,6 +211,20 @@ func TestJob_Validate(t *testing.T) {
 			},
 			want: []string{`mount_dir "../x" must stay inside the task directory`},
 		},
+		{
+			name: "csi plugin controller_concurrency above the bound",
+			edit: func(j *Job) {
+				j.TaskGroups[0].Tasks[0].CSIPluginConfig = &TaskCSIPluginConfig{ID: "hostpath", Type: CSIPluginTypeController, ControllerConcurrency: 65}
+			},
+			want: []string{`csi_plugin: controller_concurrency 65 must be from 1 to 64`},
+		},
+		{
+			name: "csi plugin controller_concurrency negative",
+			edit: func(j *Job) {
+				j.TaskGroups[0].Tasks[0].CSIPluginConfig = &TaskCSIPluginConfig{ID: "hostpath", Type: CSIPluginTypeController, ControllerConcurrency: -1}
+			},
+			want: []string{`csi_plugin: controller_concurrency -1 must be from 1 to 64`},
+		},
 		{name: "volume type host", edit: func(j *Job) { j.TaskGroups[0].Volumes["data"].Type = "host" }, want: []string{`volume "data": type "host" is not supported`}},
 		{name: "volume without source", edit: func(j *Job) { j.TaskGroups[0].Volumes["data"].Source = "" }, want: []string{`volume "data": source is required`}},
 		{name: "ID with NUL", edit: func(j *Job) { j.ID = "a\x00b" }, want: []string{`job ID "a\x00b" holds a NUL`}},

@@ -49,8 +49,12 @@ type CSIInfo struct {
 	// RequiresControllerPlugin is set when the plugin advertises a
 	// controller service (publish/unpublish go through a controller).
 	RequiresControllerPlugin bool
-	ControllerInfo           *CSIControllerInfo `json:",omitempty"`
-	NodeInfo                 *CSINodeInfo       `json:",omitempty"`
+	// ControllerConcurrency is, for a controller instance, how many
+	// destructive controller calls it accepts at once (its
+	// controller_concurrency); 0, from a client that predates it, means 1.
+	ControllerConcurrency int                `json:",omitempty"`
+	ControllerInfo        *CSIControllerInfo `json:",omitempty"`
+	NodeInfo              *CSINodeInfo       `json:",omitempty"`
 }
 
 // CSIControllerInfo is what a controller instance can do.

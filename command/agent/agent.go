@@ -276,6 +276,9 @@ func (a *Agent) clientConfig(httpAdvertise string) (*client.Config, error) {
 			return nil, fmt.Errorf("client: csi_plugin %q is configured twice", p.ID)
 		}
 		cc.CSIPlugins[p.ID] = &client.CSIPluginConfig{ID: p.ID, Type: p.Type, Socket: p.Socket}
+		if p.ControllerConcurrency != nil {
+			cc.CSIPlugins[p.ID].ControllerConcurrency = *p.ControllerConcurrency
+		}
 	}
 	cc.Logger = a.logger.ResetNamed("")
 	cc.TLS = a.tls

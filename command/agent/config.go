@@ -15,6 +15,7 @@ import (
 	"github.com/hashicorp/hcl/v2/hclsyntax"
 
 	"github.com/roamhq/roam/client"
+	"github.com/roamhq/roam/internal/laneadmit"
 	"github.com/roamhq/roam/internal/tlsutil"
 	"github.com/roamhq/roam/nomad"
 	"github.com/roamhq/roam/structs"
@@ -231,6 +232,9 @@ type CSIPluginConfig struct {
 	Type string `hcl:"type"`
 	// Socket is the absolute path of the plugin's unix socket.
 	Socket string `hcl:"socket"`
+	// ControllerConcurrency is how many destructive controller calls the
+	// plugin accepts at once (default 1).
+	ControllerConcurrency *int `hcl:"controller_concurrency,optional"`
 }
 
 // DefaultConfig is the configuration before any file or flag.
@@ -577,6 +581,12 @@ func (c *Config) Validate() error {
 	}
 	if err := c.validateTrust(); err != nil {
 		return err
+	}
+	for _, p := range c.Client.CSIPlugins {
+		if n := p.ControllerConcurrency; n != nil && !laneadmit.Valid(*n) {
+			return fmt.Errorf("config: client.csi_plugin %q: controller_concurrency = %d must be from %d to %d",
+				p.ID, *n, laneadmit.MinLimit, laneadmit.MaxLimit)
+		}
 	}
 	if err := c.validateNodeTimeouts(); err != nil {
 		return err

@@ -140,3 +140,49 @@ client {
 		must.ErrorContains(t, err, "bad.hcl:2", must.Sprint(src))
 	}
 }
+
+// controller_concurrency of a static plugin reaches the client, unset is
+// the default, and a value outside 1-64 or not a whole number is refused
+// with the field named.
+func TestConfig_CSIPluginControllerConcurrency(t *testing.T) {
+	parse := func(v string) (*Config, error) {
+		line := ""
+		if v != "" {
+			line = "controller_concurrency = " + v
+		}
+		c, err := ParseConfig("agent.hcl", []byte(`
+client {
+  enabled = true
+  csi_plugin "ebs" {
+    type   = "controller"
+    socket = "/run/ebs.sock"
+    `+line+`
+  }
+}
+`))
+		if err != nil {
+			return nil, err
+		}
+		merged := DevConfig().Merge(c)
+		return merged, merged.Validate()
+	}
+	c, err := parse("8")
+	must.NoError(t, err)
+	a := newTestAgent(t, func(tc *Config) { tc.Client.CSIPlugins = c.Client.CSIPlugins })
+	cc, err := a.clientConfig("")
+	must.NoError(t, err)
+	must.Eq(t, 8, cc.CSIPlugins["ebs"].ControllerConcurrency)
+
+	c, err = parse("")
+	must.NoError(t, err)
+	must.Nil(t, c.Client.CSIPlugins[0].ControllerConcurrency)
+
+	for v, want := range map[string]string{
+		"0":   `csi_plugin "ebs": controller_concurrency = 0 must be from 1 to 64`,
+		"65":  `csi_plugin "ebs": controller_concurrency = 65 must be from 1 to 64`,
+		"2.5": "agent.hcl:7,30: Unsuitable value type; Unsuitable value: value must be a whole number",
+	} {
+		_, err := parse(v)
+		must.ErrorContains(t, err, want, must.Sprintf("controller_concurrency = %s", v))
+	}
+}
