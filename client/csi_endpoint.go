@@ -7,6 +7,7 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 
+	"github.com/roamhq/roam/internal/laneadmit"
 	"github.com/roamhq/roam/structs"
 )
 
@@ -41,7 +42,8 @@ func (e *ClientCSI) controllerAttachVolume(ctx context.Context, args *structs.Cl
 		Secrets:          args.Secrets,
 		VolumeContext:    args.VolumeContext,
 	}
-	return e.mgr.controllerCall(ctx, args.PluginID, "ControllerPublishVolume", args.LeaderTerm, func(ctx context.Context, p *csiPluginClient) error {
+	key := laneadmit.Call{Volume: args.VolumeID, Node: args.ClientCSINodeID}
+	return e.mgr.controllerCall(ctx, args.PluginID, "ControllerPublishVolume", args.LeaderTerm, key, &reply.CSIControllerReply, func(ctx context.Context, p *csiPluginClient) error {
 		resp, err := p.ControllerPublishVolume(ctx, req)
 		if err != nil {
 			return err
@@ -57,12 +59,13 @@ func (e *ClientCSI) ControllerDetachVolume(args *structs.ClientCSIControllerDeta
 	return e.controllerDetachVolume(context.Background(), args, reply)
 }
 
-func (e *ClientCSI) controllerDetachVolume(ctx context.Context, args *structs.ClientCSIControllerDetachVolumeRequest, _ *structs.ClientCSIControllerDetachVolumeResponse) error {
+func (e *ClientCSI) controllerDetachVolume(ctx context.Context, args *structs.ClientCSIControllerDetachVolumeRequest, reply *structs.ClientCSIControllerDetachVolumeResponse) error {
 	if args.VolumeID == "" {
 		return fmt.Errorf("%w: volume ID is required", structs.ErrCSIInvalidArgument)
 	}
 	req := &csi.ControllerUnpublishVolumeRequest{VolumeId: args.VolumeID, NodeId: args.ClientCSINodeID, Secrets: args.Secrets}
-	return e.mgr.controllerCall(ctx, args.PluginID, "ControllerUnpublishVolume", args.LeaderTerm, func(ctx context.Context, p *csiPluginClient) error {
+	key := laneadmit.Call{Volume: args.VolumeID, Node: args.ClientCSINodeID}
+	return e.mgr.controllerCall(ctx, args.PluginID, "ControllerUnpublishVolume", args.LeaderTerm, key, &reply.CSIControllerReply, func(ctx context.Context, p *csiPluginClient) error {
 		_, err := p.ControllerUnpublishVolume(ctx, req)
 		if errors.Is(err, structs.ErrCSINotFound) {
 			// The spec's NOT_FOUND here means the volume or node is gone:
@@ -111,7 +114,8 @@ func (e *ClientCSI) controllerCreateVolume(ctx context.Context, args *structs.Cl
 			req.AccessibilityRequirements.Preferred = append(req.AccessibilityRequirements.Preferred, &csi.Topology{Segments: x.Segments})
 		}
 	}
-	return e.mgr.controllerCall(ctx, args.PluginID, "CreateVolume", args.LeaderTerm, func(ctx context.Context, p *csiPluginClient) error {
+	key := laneadmit.Call{Volume: "name:" + args.Name}
+	return e.mgr.controllerCall(ctx, args.PluginID, "CreateVolume", args.LeaderTerm, key, &reply.CSIControllerReply, func(ctx context.Context, p *csiPluginClient) error {
 		if args.SnapshotID != "" && args.CapacityMin == 0 {
 			if err := sizeFromSnapshot(ctx, p, args, req); err != nil {
 				return err
@@ -172,9 +176,10 @@ func (e *ClientCSI) ControllerDeleteVolume(args *structs.ClientCSIControllerDele
 	return e.controllerDeleteVolume(context.Background(), args, reply)
 }
 
-func (e *ClientCSI) controllerDeleteVolume(ctx context.Context, args *structs.ClientCSIControllerDeleteVolumeRequest, _ *structs.ClientCSIControllerDeleteVolumeResponse) error {
+func (e *ClientCSI) controllerDeleteVolume(ctx context.Context, args *structs.ClientCSIControllerDeleteVolumeRequest, reply *structs.ClientCSIControllerDeleteVolumeResponse) error {
 	req := &csi.DeleteVolumeRequest{VolumeId: args.ExternalVolumeID, Secrets: args.Secrets}
-	return e.mgr.controllerCall(ctx, args.PluginID, "DeleteVolume", args.LeaderTerm, func(ctx context.Context, p *csiPluginClient) error {
+	key := laneadmit.Call{Volume: args.ExternalVolumeID}
+	return e.mgr.controllerCall(ctx, args.PluginID, "DeleteVolume", args.LeaderTerm, key, &reply.CSIControllerReply, func(ctx context.Context, p *csiPluginClient) error {
 		_, err := p.DeleteVolume(ctx, req)
 		if errors.Is(err, structs.ErrCSINotFound) {
 			return nil
@@ -201,7 +206,7 @@ func (e *ClientCSI) controllerValidateVolume(ctx context.Context, args *structs.
 		VolumeContext:      args.Context,
 		Secrets:            args.Secrets,
 	}
-	return e.mgr.controllerCall(ctx, args.PluginID, "ValidateVolumeCapabilities", args.LeaderTerm, func(ctx context.Context, p *csiPluginClient) error {
+	return e.mgr.controllerCall(ctx, args.PluginID, "ValidateVolumeCapabilities", args.LeaderTerm, laneadmit.Call{}, nil, func(ctx context.Context, p *csiPluginClient) error {
 		resp, err := p.ValidateVolumeCapabilities(ctx, req)
 		if err != nil {
 			return err
@@ -225,7 +230,8 @@ func (e *ClientCSI) controllerCreateSnapshot(ctx context.Context, args *structs.
 		Parameters:     args.Parameters,
 		Secrets:        args.Secrets,
 	}
-	return e.mgr.controllerCall(ctx, args.PluginID, "CreateSnapshot", args.LeaderTerm, func(ctx context.Context, p *csiPluginClient) error {
+	key := laneadmit.Call{Volume: args.ExternalVolumeID}
+	return e.mgr.controllerCall(ctx, args.PluginID, "CreateSnapshot", args.LeaderTerm, key, &reply.CSIControllerReply, func(ctx context.Context, p *csiPluginClient) error {
 		resp, err := p.CreateSnapshot(ctx, req)
 		if err != nil {
 			return err
@@ -241,9 +247,10 @@ func (e *ClientCSI) ControllerDeleteSnapshot(args *structs.ClientCSIControllerDe
 	return e.controllerDeleteSnapshot(context.Background(), args, reply)
 }
 
-func (e *ClientCSI) controllerDeleteSnapshot(ctx context.Context, args *structs.ClientCSIControllerDeleteSnapshotRequest, _ *structs.ClientCSIControllerDeleteSnapshotResponse) error {
+func (e *ClientCSI) controllerDeleteSnapshot(ctx context.Context, args *structs.ClientCSIControllerDeleteSnapshotRequest, reply *structs.ClientCSIControllerDeleteSnapshotResponse) error {
 	req := &csi.DeleteSnapshotRequest{SnapshotId: args.ID, Secrets: args.Secrets}
-	return e.mgr.controllerCall(ctx, args.PluginID, "DeleteSnapshot", args.LeaderTerm, func(ctx context.Context, p *csiPluginClient) error {
+	key := laneadmit.Call{Volume: "snapshot:" + args.ID}
+	return e.mgr.controllerCall(ctx, args.PluginID, "DeleteSnapshot", args.LeaderTerm, key, &reply.CSIControllerReply, func(ctx context.Context, p *csiPluginClient) error {
 		_, err := p.DeleteSnapshot(ctx, req)
 		if errors.Is(err, structs.ErrCSINotFound) {
 			return nil
@@ -261,7 +268,7 @@ func (e *ClientCSI) controllerListSnapshots(ctx context.Context, args *structs.C
 	req := &csi.ListSnapshotsRequest{MaxEntries: args.MaxEntries, StartingToken: args.StartingToken, Secrets: args.Secrets}
 	// Reads use the lane too: a listing should not interleave with a create
 	// or delete the plugin is still working on.
-	return e.mgr.controllerCall(ctx, args.PluginID, "ListSnapshots", args.LeaderTerm, func(ctx context.Context, p *csiPluginClient) error {
+	return e.mgr.controllerCall(ctx, args.PluginID, "ListSnapshots", args.LeaderTerm, laneadmit.Call{}, nil, func(ctx context.Context, p *csiPluginClient) error {
 		resp, err := p.ListSnapshots(ctx, req)
 		if err != nil {
 			return err

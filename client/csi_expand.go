@@ -6,6 +6,7 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 
+	"github.com/roamhq/roam/internal/laneadmit"
 	"github.com/roamhq/roam/structs"
 )
 
@@ -35,7 +36,8 @@ func (e *ClientCSI) controllerExpandVolume(ctx context.Context, args *structs.Cl
 		}
 		req.VolumeCapability = vc
 	}
-	return e.mgr.controllerCall(ctx, args.PluginID, "ControllerExpandVolume", args.LeaderTerm, func(ctx context.Context, p *csiPluginClient) error {
+	key := laneadmit.Call{Volume: args.ExternalVolumeID}
+	return e.mgr.controllerCall(ctx, args.PluginID, "ControllerExpandVolume", args.LeaderTerm, key, &reply.CSIControllerReply, func(ctx context.Context, p *csiPluginClient) error {
 		resp, err := p.ControllerExpandVolume(ctx, req)
 		if err != nil {
 			return err

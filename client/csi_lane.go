@@ -3,31 +3,46 @@ package client
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/roamhq/roam/internal/laneadmit"
 	"github.com/roamhq/roam/structs"
 )
 
-// csiLane runs one plugin's controller calls one at a time, in the order
-// they arrived. Providers are not safe against overlapping destructive
-// calls, and servers cannot promise not to overlap them: a leader that
-// steps down mid-call cannot stop the call it sent, and its successor may
-// send the next one at once. The lane settles that on the client, whoever
-// the sender.
+// csiLane runs one plugin's controller calls: by default one at a time, in
+// the order they arrived. Providers are not safe against overlapping
+// destructive calls, and servers cannot promise not to overlap them: a
+// leader that steps down mid-call cannot stop the call it sent, and its
+// successor may send the next one at once. The lane settles that on the
+// client, whoever the sender.
+//
+// A plugin configured with controller_concurrency N runs up to N calls at
+// once, once every server understands it (see csiManager.laneLimit): never
+// two on one volume nor two publish/unpublish calls for one node, each
+// volume's and node's calls in arrival order (laneadmit.Admit). Each call
+// tells its sender whether a call that arrived before it was still queued
+// or running when it ended (structs.CSIControllerReply): with one call at a
+// time that is never so, and a sender may take an answer to mean that
+// every earlier call has ended; with several it must ask.
 type csiLane struct {
 	logger hclog.Logger
-	wake   chan struct{} // capacity 1: "the queue may be non-empty"
+	// limit is how many calls may run at once, read at each admission.
+	limit func() int
+	wake  chan struct{} // capacity 1: "the queue or the running set changed"
 	// stopped is closed once run has returned.
 	stopped chan struct{}
 
-	// mu guards queue and closed.
-	mu     sync.Mutex
-	queue  []*csiLaneCall
-	closed bool
+	// mu guards queue, running, seq and closed.
+	mu      sync.Mutex
+	queue   []*csiLaneCall
+	running []*csiLaneCall
+	seq     uint64
+	closed  bool
 }
 
 // Lane call states.
@@ -39,19 +54,42 @@ const (
 
 type csiLaneCall struct {
 	method  string
+	key     laneadmit.Call
+	seq     uint64 // arrival order
 	ctx     context.Context
 	timeout time.Duration
 	fn      func(context.Context) error
 	queued  time.Time
 	state   atomic.Int32
-	done    chan error // capacity 1
+	done    chan csiLaneResult // capacity 1
 }
 
-func newCSILane(logger hclog.Logger) *csiLane {
+// csiLaneResult is how a call ended.
+type csiLaneResult struct {
+	err error
+	// busyBefore: a call that arrived before this one was still queued or
+	// running when this one ended.
+	busyBefore bool
+}
+
+// newCSILane returns a lane; limit is asked at each admission (nil means
+// one call at a time).
+func newCSILane(logger hclog.Logger, limit func() int) *csiLane {
+	if limit == nil {
+		limit = func() int { return 1 }
+	}
 	return &csiLane{
 		logger:  logger.Named("lane"),
+		limit:   limit,
 		wake:    make(chan struct{}, 1),
 		stopped: make(chan struct{}),
+	}
+}
+
+func (l *csiLane) poke() {
+	select {
+	case l.wake <- struct{}{}:
+	default:
 	}
 }
 
@@ -59,75 +97,126 @@ func newCSILane(logger hclog.Logger) *csiLane {
 // keeps ctx's values but not its cancellation, with its own timeout. If
 // ctx ends before fn started, fn never runs; if fn is running, it runs to
 // completion and do returns an error wrapping ErrCSIUnavailable (the
-// caller does not learn the outcome) and ctx's error.
-func (l *csiLane) do(ctx context.Context, method string, timeout time.Duration, fn func(context.Context) error) error {
-	c := &csiLaneCall{method: method, ctx: ctx, timeout: timeout, fn: fn, queued: time.Now(), done: make(chan error, 1)}
+// caller does not learn the outcome) and ctx's error. busyBefore is the
+// call's csiLaneResult.busyBefore, false when fn did not run to an answer.
+func (l *csiLane) do(ctx context.Context, method string, key laneadmit.Call, timeout time.Duration, fn func(context.Context) error) (busyBefore bool, err error) {
+	c := &csiLaneCall{method: method, key: key, ctx: ctx, timeout: timeout, fn: fn, queued: time.Now(), done: make(chan csiLaneResult, 1)}
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()
-		return fmt.Errorf("csi %s: %w: the plugin was removed", method, structs.ErrCSIPluginNotFound)
+		return false, fmt.Errorf("csi %s: %w: the plugin was removed", method, structs.ErrCSIPluginNotFound)
 	}
+	l.seq++
+	c.seq = l.seq
 	l.queue = append(l.queue, c)
 	l.mu.Unlock()
-	select {
-	case l.wake <- struct{}{}:
-	default:
-	}
+	l.poke()
 
 	select {
-	case err := <-c.done:
-		return err
+	case r := <-c.done:
+		return r.busyBefore, r.err
 	case <-ctx.Done():
 		if c.state.CompareAndSwap(laneCallQueued, laneCallAbandoned) {
-			return fmt.Errorf("csi %s: caller gave up before the call started: %w", method, ctx.Err())
+			// Its keys may hold calls behind it.
+			l.poke()
+			return false, fmt.Errorf("csi %s: caller gave up before the call started: %w", method, ctx.Err())
 		}
-		return fmt.Errorf("csi %s: %w: caller gave up; the call runs to completion on the client: %w",
+		return false, fmt.Errorf("csi %s: %w: caller gave up; the call runs to completion on the client: %w",
 			method, structs.ErrCSIUnavailable, ctx.Err())
 	}
 }
 
-// run serves the queue until ctx ends, then fails whatever is still
-// queued. A call in progress when ctx ends is finished first.
+// run serves the queue until ctx ends, then waits for the calls running,
+// and fails whatever is still queued.
 func (l *csiLane) run(ctx context.Context) {
+	var calls sync.WaitGroup
 	defer close(l.stopped)
 	defer l.drain()
+	defer calls.Wait()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-l.wake:
 		}
-		for ctx.Err() == nil {
-			c := l.pop()
-			if c == nil {
-				break
-			}
-			if !c.state.CompareAndSwap(laneCallQueued, laneCallRunning) {
-				continue // abandoned while queued
-			}
-			callCtx, cancel := context.WithTimeout(context.WithoutCancel(c.ctx), c.timeout)
-			start := time.Now()
-			l.logger.Debug("controller call started", "method", c.method, "queued", start.Sub(c.queued))
-			err := c.fn(callCtx)
-			cancel()
-			if err != nil {
-				l.logger.Debug("controller call failed", "method", c.method, "duration", time.Since(start), "error", err)
-			}
-			c.done <- err
+		if ctx.Err() != nil {
+			return
+		}
+		for _, c := range l.admit() {
+			calls.Add(1)
+			go func() {
+				defer calls.Done()
+				l.runCall(c)
+			}()
 		}
 	}
 }
 
-func (l *csiLane) pop() *csiLaneCall {
+// admit takes out of the queue the calls abandoned there and the calls
+// laneadmit.Admit lets start, and returns the latter, marked running.
+func (l *csiLane) admit() []*csiLaneCall {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if len(l.queue) == 0 {
+	kept := l.queue[:0]
+	for _, c := range l.queue {
+		if c.state.Load() != laneCallAbandoned {
+			kept = append(kept, c)
+		}
+	}
+	clear(l.queue[len(kept):])
+	l.queue = kept
+
+	start := laneadmit.Admit(laneCallKeys(l.running), laneCallKeys(l.queue), l.limit())
+	if len(start) == 0 {
 		return nil
 	}
-	c := l.queue[0]
-	l.queue[0] = nil
-	l.queue = l.queue[1:]
-	return c
+	var out []*csiLaneCall
+	kept = l.queue[:0]
+	next := 0
+	for i, c := range l.queue {
+		if next < len(start) && start[next] == i {
+			next++
+			if c.state.CompareAndSwap(laneCallQueued, laneCallRunning) {
+				l.running = append(l.running, c)
+				out = append(out, c)
+				continue
+			}
+			// Abandoned since the filter: its keys are free at the next
+			// admission.
+			defer l.poke()
+			continue
+		}
+		kept = append(kept, c)
+	}
+	clear(l.queue[len(kept):])
+	l.queue = kept
+	return out
+}
+
+func (l *csiLane) runCall(c *csiLaneCall) {
+	callCtx, cancel := context.WithTimeout(context.WithoutCancel(c.ctx), c.timeout)
+	start := time.Now()
+	l.logger.Debug("controller call started", "method", c.method, "queued", start.Sub(c.queued))
+	err := c.fn(callCtx)
+	cancel()
+	if err != nil {
+		l.logger.Debug("controller call failed", "method", c.method, "duration", time.Since(start), "error", err)
+	}
+	l.mu.Lock()
+	l.running = slices.DeleteFunc(l.running, func(x *csiLaneCall) bool { return x == c })
+	busy := slices.ContainsFunc(l.running, func(x *csiLaneCall) bool { return x.seq < c.seq }) ||
+		slices.ContainsFunc(l.queue, func(x *csiLaneCall) bool { return x.seq < c.seq && x.state.Load() != laneCallAbandoned })
+	l.mu.Unlock()
+	c.done <- csiLaneResult{err: err, busyBefore: busy}
+	l.poke()
+}
+
+func laneCallKeys(cs []*csiLaneCall) []laneadmit.Call {
+	keys := make([]laneadmit.Call, len(cs))
+	for i, c := range cs {
+		keys[i] = c.key
+	}
+	return keys
 }
 
 // drain closes the lane and fails every queued call.
@@ -139,7 +228,7 @@ func (l *csiLane) drain() {
 	l.mu.Unlock()
 	for _, c := range queue {
 		if c.state.CompareAndSwap(laneCallQueued, laneCallAbandoned) {
-			c.done <- fmt.Errorf("csi %s: %w: the plugin was removed before the call started", c.method, structs.ErrCSIPluginNotFound)
+			c.done <- csiLaneResult{err: fmt.Errorf("csi %s: %w: the plugin was removed before the call started", c.method, structs.ErrCSIPluginNotFound)}
 		}
 	}
 }

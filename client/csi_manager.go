@@ -14,6 +14,7 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/roamhq/roam/internal/laneadmit"
 	"github.com/roamhq/roam/internal/upgrade"
 	"github.com/roamhq/roam/structs"
 )
@@ -146,7 +147,7 @@ func (m *csiManager) AddPlugin(cfg *CSIPluginConfig) error {
 	}
 	logger := m.logger.With("plugin_id", cfg.ID)
 	if cfg.hasController() {
-		p.lane = newCSILane(logger)
+		p.lane = newCSILane(logger, func() int { return m.laneLimit(&p.cfg) })
 	}
 
 	m.mu.Lock()
@@ -255,7 +256,13 @@ func (m *csiManager) nodePlugin(id string) (*csiManagedPlugin, error) {
 // term is the sending leader's (structs.CSIControllerQuery.LeaderTerm): a
 // call from a term below the highest seen is refused, when it arrives and
 // again when its turn comes (see admitTerm).
-func (m *csiManager) controllerCall(ctx context.Context, pluginID, method string, term uint64, fn func(context.Context, *csiPluginClient) error) error {
+//
+// key is the volume, and for publish and unpublish the node, that no other
+// call of the lane may act on at once (a lane of several; see csiLane).
+// reply, when not nil, gets what the lane says of the calls before this
+// one.
+func (m *csiManager) controllerCall(ctx context.Context, pluginID, method string, term uint64, key laneadmit.Call,
+	reply *structs.CSIControllerReply, fn func(context.Context, *csiPluginClient) error) error {
 	p, err := m.controllerPlugin(pluginID)
 	if err != nil {
 		return err
@@ -263,7 +270,7 @@ func (m *csiManager) controllerCall(ctx context.Context, pluginID, method string
 	if err := m.admitTerm(pluginID, method, term); err != nil {
 		return err
 	}
-	return p.lane.do(ctx, method, m.cfg.ControllerCallTimeout, func(ctx context.Context) error {
+	busyBefore, err := p.lane.do(ctx, method, key, m.cfg.ControllerCallTimeout, func(ctx context.Context) error {
 		if err := m.admitTerm(pluginID, method, term); err != nil {
 			return err
 		}
@@ -302,6 +309,21 @@ func (m *csiManager) controllerCall(ctx context.Context, pluginID, method string
 		}
 		return err
 	})
+	if reply != nil {
+		reply.LaneBusyBefore = busyBefore
+	}
+	return err
+}
+
+// laneLimit is how many calls a plugin's lane may run at once: its
+// controller_concurrency once every server understands concurrent lanes
+// (upgrade.ControllerConcurrency), one until then.
+func (m *csiManager) laneLimit(cfg *CSIPluginConfig) int {
+	min, err := upgrade.Parse(m.MinServerVersion())
+	if err != nil || !upgrade.ControllerConcurrency.Enabled(min) {
+		return 1
+	}
+	return cfg.concurrency()
 }
 
 // connectionBroke reports whether err is gRPC's UNAVAILABLE for a
@@ -722,7 +744,16 @@ func (m *csiManager) SetMinServerVersion(v string) {
 	}
 	min, err := upgrade.Parse(v)
 	m.logger.Info("the servers' oldest build changed", "min_server_version", v,
-		"lane_term_required", err == nil && upgrade.LaneTermRequired.Enabled(min))
+		"lane_term_required", err == nil && upgrade.LaneTermRequired.Enabled(min),
+		"controller_concurrency", err == nil && upgrade.ControllerConcurrency.Enabled(min))
+	// A lane's limit may have changed: let each look at its queue again.
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, p := range m.plugins {
+		if p.lane != nil {
+			p.lane.poke()
+		}
+	}
 }
 
 // MinServerVersion is the oldest server build last reported, "" if none

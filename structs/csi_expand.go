@@ -43,6 +43,7 @@ type ClientCSIControllerExpandVolumeResponse struct {
 	// NodeExpansionRequired says the node holding the volume must grow
 	// what it mounted (a file system) before a task sees the new size.
 	NodeExpansionRequired bool
+	CSIControllerReply
 }
 
 // ClientCSINodeExpandVolumeRequest asks a client to grow a volume it has

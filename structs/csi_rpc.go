@@ -19,6 +19,17 @@ type CSIControllerQuery struct {
 	LeaderTerm uint64
 }
 
+// CSIControllerReply is what every destructive controller call's answer
+// says of the client's lane, beside the call's own result.
+type CSIControllerReply struct {
+	// LaneBusyBefore: when this call ended, a call that had reached the
+	// client's lane for the plugin before it was still queued or running
+	// there. A lane that runs one call at a time never sets it (and
+	// clients before upgrade.ControllerConcurrency never do), so an answer
+	// without it means every call sent there earlier has ended.
+	LaneBusyBefore bool `json:",omitempty"`
+}
+
 // ClientCSIControllerAttachVolumeRequest asks a controller plugin to attach
 // (ControllerPublishVolume) a volume to a node.
 type ClientCSIControllerAttachVolumeRequest struct {
@@ -41,6 +52,7 @@ type ClientCSIControllerAttachVolumeRequest struct {
 // to stage and publish the volume.
 type ClientCSIControllerAttachVolumeResponse struct {
 	PublishContext map[string]string
+	CSIControllerReply
 }
 
 // ClientCSIControllerDetachVolumeRequest asks a controller plugin to detach
@@ -54,7 +66,9 @@ type ClientCSIControllerDetachVolumeRequest struct {
 }
 
 // ClientCSIControllerDetachVolumeResponse is empty.
-type ClientCSIControllerDetachVolumeResponse struct{}
+type ClientCSIControllerDetachVolumeResponse struct {
+	CSIControllerReply
+}
 
 // ClientCSIControllerCreateVolumeRequest asks a controller plugin to create
 // a volume.
@@ -83,6 +97,7 @@ type ClientCSIControllerCreateVolumeResponse struct {
 	VolumeContext    map[string]string
 	// Topologies is where the provider made the volume accessible.
 	Topologies []*CSITopology
+	CSIControllerReply
 }
 
 // ClientCSIControllerDeleteVolumeRequest asks a controller plugin to delete
@@ -95,7 +110,9 @@ type ClientCSIControllerDeleteVolumeRequest struct {
 }
 
 // ClientCSIControllerDeleteVolumeResponse is empty.
-type ClientCSIControllerDeleteVolumeResponse struct{}
+type ClientCSIControllerDeleteVolumeResponse struct {
+	CSIControllerReply
+}
 
 // ClientCSIControllerValidateVolumeRequest asks a controller plugin whether
 // a volume supports the given capabilities.
@@ -138,6 +155,7 @@ type CSISnapshot struct {
 // ClientCSIControllerCreateSnapshotResponse carries the snapshot.
 type ClientCSIControllerCreateSnapshotResponse struct {
 	Snapshot *CSISnapshot
+	CSIControllerReply
 }
 
 // ClientCSIControllerDeleteSnapshotRequest asks a controller plugin to
@@ -150,7 +168,9 @@ type ClientCSIControllerDeleteSnapshotRequest struct {
 }
 
 // ClientCSIControllerDeleteSnapshotResponse is empty.
-type ClientCSIControllerDeleteSnapshotResponse struct{}
+type ClientCSIControllerDeleteSnapshotResponse struct {
+	CSIControllerReply
+}
 
 // ClientCSIControllerListSnapshotsRequest lists a plugin's snapshots, one
 // page at a time.

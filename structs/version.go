@@ -1,4 +1,4 @@
 package structs
 
 // Version is the Roam release every agent reports.
-const Version = "0.2.0"
+const Version = "0.3.0"

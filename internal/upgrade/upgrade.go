@@ -98,3 +98,12 @@ func (f Feature) Enabled(min Version) bool { return !min.Less(f.Since) }
 // through unfenced). Once every server has it, clients refuse a call
 // without a term as they refuse one of a stale term.
 var LaneTermRequired = Feature{Name: "lane term required on controller calls", Since: MustParse("0.2.0")}
+
+// ControllerConcurrency: a plugin's lanes, on the leader and on its
+// clients, run up to its controller_concurrency calls at once, and each
+// controller answer says whether a call that arrived at the client before
+// it was still running (structs.CSIControllerReply). A leader of an older
+// build reads any answer as "every earlier call has ended", which holds
+// only for a lane that runs one call at a time, so until every server has
+// it both lanes run one.
+var ControllerConcurrency = Feature{Name: "controller calls run concurrently per controller_concurrency", Since: MustParse("0.3.0")}

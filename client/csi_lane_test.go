@@ -1,0 +1,217 @@
+package client
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/shoenig/test/must"
+
+	"github.com/roamhq/roam/internal/laneadmit"
+)
+
+// runLane starts a lane with a fixed limit, stopped at the test's end.
+func runLane(t *testing.T, limit int) *csiLane {
+	t.Helper()
+	l := newCSILane(hclog.NewNullLogger(), func() int { return limit })
+	ctx, cancel := context.WithCancel(context.Background())
+	go l.run(ctx)
+	t.Cleanup(func() {
+		cancel()
+		<-l.stopped
+	})
+	return l
+}
+
+// laneCall is one call sent into a csiLane that runs until released.
+type laneCall struct {
+	started, release chan struct{}
+	done             chan csiLaneResult
+}
+
+func sendLaneCall(t *testing.T, ctx context.Context, l *csiLane, key laneadmit.Call) *laneCall {
+	t.Helper()
+	c := &laneCall{started: make(chan struct{}), release: make(chan struct{}), done: make(chan csiLaneResult, 1)}
+	go func() {
+		busy, err := l.do(ctx, "ControllerPublishVolume", key, time.Minute, func(context.Context) error {
+			close(c.started)
+			<-c.release
+			return nil
+		})
+		c.done <- csiLaneResult{err: err, busyBefore: busy}
+	}()
+	t.Cleanup(c.free)
+	return c
+}
+
+func (c *laneCall) free() {
+	select {
+	case <-c.release:
+	default:
+		close(c.release)
+	}
+}
+
+func (c *laneCall) mustStart(t *testing.T, what string) {
+	t.Helper()
+	select {
+	case <-c.started:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s did not start", what)
+	}
+}
+
+func (c *laneCall) waiting() bool {
+	select {
+	case <-c.started:
+		return false
+	default:
+		return true
+	}
+}
+
+// finish releases the call and returns how it ended.
+func (c *laneCall) finish(t *testing.T) csiLaneResult {
+	t.Helper()
+	c.free()
+	select {
+	case r := <-c.done:
+		must.NoError(t, r.err)
+		return r
+	case <-time.After(10 * time.Second):
+		t.Fatal("call did not return")
+		return csiLaneResult{}
+	}
+}
+
+// waitQueued waits until n calls are queued in l.
+func waitQueued(t *testing.T, l *csiLane, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for {
+		l.mu.Lock()
+		got := len(l.queue)
+		l.mu.Unlock()
+		if got == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d calls queued, want %d", got, n)
+		}
+		<-tick.C
+	}
+}
+
+func TestCSILane_OneAtATimeByDefault(t *testing.T) {
+	l := runLane(t, 1)
+	a := sendLaneCall(t, t.Context(), l, laneadmit.Call{Volume: "a"})
+	a.mustStart(t, "a")
+	b := sendLaneCall(t, t.Context(), l, laneadmit.Call{Volume: "b"})
+	waitQueued(t, l, 1)
+	must.True(t, b.waiting(), must.Sprint("a second call ran beside the first in a lane of one"))
+	must.False(t, a.finish(t).busyBefore)
+	b.mustStart(t, "b")
+	must.False(t, b.finish(t).busyBefore, must.Sprint("a lane of one never has an earlier call left"))
+}
+
+func TestCSILane_SeveralAtOnceNeverOnOneVolumeOrNode(t *testing.T) {
+	l := runLane(t, 3)
+	a := sendLaneCall(t, t.Context(), l, laneadmit.Call{Volume: "a", Node: "n1"})
+	a.mustStart(t, "a")
+	sameVolume := sendLaneCall(t, t.Context(), l, laneadmit.Call{Volume: "a"})
+	waitQueued(t, l, 1)
+	sameNode := sendLaneCall(t, t.Context(), l, laneadmit.Call{Volume: "b", Node: "n1"})
+	waitQueued(t, l, 2)
+	free := sendLaneCall(t, t.Context(), l, laneadmit.Call{Volume: "c", Node: "n2"})
+	free.mustStart(t, "the call with free keys")
+	must.True(t, sameVolume.waiting(), must.Sprint("two calls on volume a at once"))
+	must.True(t, sameNode.waiting(), must.Sprint("two publishes to node n1 at once"))
+
+	// free arrived after a, which still runs.
+	must.True(t, free.finish(t).busyBefore, must.Sprint("an earlier call still ran"))
+	must.False(t, a.finish(t).busyBefore)
+	sameVolume.mustStart(t, "the second call on volume a")
+	sameNode.mustStart(t, "the second publish to node n1")
+	r1, r2 := sameVolume.finish(t), sameNode.finish(t)
+	must.False(t, r1.busyBefore)
+	must.False(t, r2.busyBefore, must.Sprint("every earlier call had ended"))
+}
+
+func TestCSILane_AbandonedCallFreesTheCallsBehindIt(t *testing.T) {
+	l := runLane(t, 4)
+	a := sendLaneCall(t, t.Context(), l, laneadmit.Call{Volume: "a"})
+	a.mustStart(t, "a")
+	ctx, cancel := context.WithCancel(t.Context())
+	leaver := sendLaneCall(t, ctx, l, laneadmit.Call{Volume: "a", Node: "n1"})
+	waitQueued(t, l, 1)
+	behind := sendLaneCall(t, t.Context(), l, laneadmit.Call{Volume: "b", Node: "n1"})
+	waitQueued(t, l, 2)
+	must.True(t, behind.waiting(), must.Sprint("a call passed an older one for its node"))
+
+	cancel()
+	r := <-leaver.done
+	must.ErrorIs(t, r.err, context.Canceled)
+	behind.mustStart(t, "the call behind the abandoned one")
+	// a, older, still runs.
+	must.True(t, behind.finish(t).busyBefore)
+	must.False(t, a.finish(t).busyBefore)
+	must.True(t, leaver.waiting(), must.Sprint("an abandoned call ran"))
+}
+
+// A lane's limit is its plugin's controller_concurrency only once every
+// server runs a build that reads LaneBusyBefore.
+func TestCSIManager_LaneLimitWaitsForEveryServer(t *testing.T) {
+	m := testCSIManager(t, nil)
+	four := &CSIPluginConfig{ControllerConcurrency: 4}
+	unset := &CSIPluginConfig{}
+	for _, tc := range []struct {
+		min         string
+		cfg         *CSIPluginConfig
+		wantLimit   int
+		description string
+	}{
+		{"", four, 1, "no server reported a build"},
+		{"garbage", four, 1, "an unreadable build"},
+		{"0.2.0", four, 1, "a server before concurrent lanes"},
+		{"0.3.0", four, 4, "every server has them"},
+		{"0.4.1", four, 4, "newer"},
+		{"0.3.0", unset, 1, "unset is 1"},
+	} {
+		if tc.min != "" {
+			m.SetMinServerVersion(tc.min)
+		}
+		must.Eq(t, tc.wantLimit, m.laneLimit(tc.cfg), must.Sprintf("%s (min %q)", tc.description, tc.min))
+	}
+}
+
+// A lane whose limit rises admits what waits at once, not at the next
+// call.
+func TestCSILane_RaisedLimitAdmitsWaitingCalls(t *testing.T) {
+	limit := make(chan int, 1)
+	limit <- 1
+	cur := 1
+	l := newCSILane(hclog.NewNullLogger(), func() int {
+		select {
+		case cur = <-limit:
+		default:
+		}
+		return cur
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	go l.run(ctx)
+	t.Cleanup(func() { cancel(); <-l.stopped })
+
+	a := sendLaneCall(t, t.Context(), l, laneadmit.Call{Volume: "a"})
+	a.mustStart(t, "a")
+	b := sendLaneCall(t, t.Context(), l, laneadmit.Call{Volume: "b"})
+	waitQueued(t, l, 1)
+	must.True(t, b.waiting())
+	limit <- 2
+	l.poke()
+	b.mustStart(t, "b once the limit rose")
+	b.finish(t)
+	a.finish(t)
+}
