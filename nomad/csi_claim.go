@@ -7,6 +7,8 @@ import (
 	"iter"
 	"time"
 
+	"github.com/roamhq/roam/internal/laneadmit"
+	"github.com/roamhq/roam/internal/upgrade"
 	"github.com/roamhq/roam/nomad/csiclaim"
 	"github.com/roamhq/roam/structs"
 )
@@ -390,7 +392,9 @@ func (s *Server) nodeDetach(ctx context.Context, vol *structs.CSIVolume, claim *
 // plugin's first healthy controller, through the plugin's lane.
 func (s *Server) controllerPublish(ctx context.Context, vol *structs.CSIVolume, claim *structs.CSIVolumeClaim) (map[string]string, error) {
 	var pc map[string]string
-	err := s.onController(ctx, vol.PluginID, "publish", func(ctx context.Context, cn *structs.Node) error {
+	var reply structs.CSIControllerReply
+	key := laneadmit.Call{Volume: vol.ID, Node: claim.NodeID}
+	err := s.onController(ctx, vol.PluginID, "publish", key, &reply, func(ctx context.Context, cn *structs.Node) error {
 		req := structs.ClientCSIControllerAttachVolumeRequest{
 			PluginID: vol.PluginID, VolumeID: vol.ExternalID, ClientCSINodeID: claim.ExternalNodeID,
 			AttachmentMode: claim.AttachmentMode, AccessMode: claim.AccessMode,
@@ -402,7 +406,7 @@ func (s *Server) controllerPublish(ctx context.Context, vol *structs.CSIVolume, 
 		if err := s.clientRPC(ctx, cn.ID, "ClientCSI.ControllerAttachVolume", &req, &resp); err != nil {
 			return err
 		}
-		pc = resp.PublishContext
+		pc, reply = resp.PublishContext, resp.CSIControllerReply
 		return nil
 	})
 	return pc, err
@@ -418,12 +422,13 @@ func (s *Server) controllerUnpublish(ctx context.Context, vol *structs.CSIVolume
 	if plugin == nil || !plugin.ControllerRequired {
 		return nil
 	}
-	return s.onController(ctx, vol.PluginID, "unpublish", func(ctx context.Context, cn *structs.Node) error {
+	var resp structs.ClientCSIControllerDetachVolumeResponse
+	key := laneadmit.Call{Volume: vol.ID, Node: claim.NodeID}
+	return s.onController(ctx, vol.PluginID, "unpublish", key, &resp.CSIControllerReply, func(ctx context.Context, cn *structs.Node) error {
 		req := structs.ClientCSIControllerDetachVolumeRequest{
 			PluginID: vol.PluginID, VolumeID: vol.ExternalID, ClientCSINodeID: claim.ExternalNodeID,
 			Secrets: vol.Secrets, CSIControllerQuery: controllerQuery(ctx, cn),
 		}
-		var resp structs.ClientCSIControllerDetachVolumeResponse
 		return s.clientRPC(ctx, cn.ID, "ClientCSI.ControllerDetachVolume", &req, &resp)
 	})
 }
@@ -479,14 +484,25 @@ func (s *Server) recordFence(pluginID, nodeID string) error {
 // onController runs one destructive controller call: it waits its turn in
 // the plugin's lane, then tries the plugin's healthy controllers on ready
 // nodes, lowest node ID first, moving on only when a controller could not
-// be reached.
-func (s *Server) onController(ctx context.Context, pluginID, op string, call func(ctx context.Context, cn *structs.Node) error) error {
+// be reached. key is the volume, and for publish and unpublish the claim's
+// node, that no other call of the lane may act on at once; the lane runs
+// as many calls as the plugin's controller_concurrency allows (see
+// laneLimit). call decodes its answer's CSIControllerReply into reply
+// (nil: the caller has none to give, and an answer counts as one from a
+// lane of one call).
+func (s *Server) onController(ctx context.Context, pluginID, op string, key laneadmit.Call,
+	reply *structs.CSIControllerReply, call func(ctx context.Context, cn *structs.Node) error) error {
 	lanes := s.lanes.Load()
 	if lanes == nil {
 		return fmt.Errorf("%w: not the leader; controller calls run on the leader", structs.ErrNoLeader)
 	}
 	ctx = context.WithValue(ctx, leaderTermKey{}, lanes.term)
-	return lanes.Do(ctx, pluginID, op, func(ctx context.Context) error {
+	plugin, err := s.State().CSIPluginByID(nil, pluginID)
+	if err != nil {
+		return err
+	}
+	req := laneRequest{PluginID: pluginID, Op: op, Key: key, Limit: s.laneLimit(lanes, plugin)}
+	return lanes.Call(ctx, req, func(ctx context.Context) error {
 		candidates, err := pluginControllers(s.State(), pluginID)
 		if err != nil {
 			return err
@@ -513,12 +529,19 @@ func (s *Server) onController(ctx context.Context, pluginID, op string, call fun
 			}
 			start := time.Now()
 			s.logger.Debug("controller call", "plugin_id", pluginID, "op", op, "node_id", n.ID)
+			if reply != nil {
+				*reply = structs.CSIControllerReply{}
+			}
 			err := call(ctx, n)
 			s.logger.Debug("controller call returned", "plugin_id", pluginID, "op", op, "node_id", n.ID,
 				"duration", time.Since(start), "error", err)
 			return err
 		})
-		if node != nil {
+		// An answer from node means every call sent there before it has
+		// ended, so the plugin's calls may move elsewhere, only when its
+		// lane says so (see structs.CSIControllerReply).
+		drained := node != nil && earlierCallsEnded(plugin, node.ID, reply, err)
+		if drained {
 			lanes.markIdle(pluginID, node.ID)
 		}
 		switch {
@@ -526,9 +549,54 @@ func (s *Server) onController(ctx context.Context, pluginID, op string, call fun
 			s.logger.Warn("controller call outcome unknown; the plugin's calls stay on its node until one succeeds there",
 				"plugin_id", pluginID, "op", op, "node_id", tried.ID, "error", err)
 			lanes.setFence(pluginID, tried.ID, time.Now().Add(csiCallTimeout))
-		case err == nil && node != nil:
+		case err == nil && drained:
 			lanes.liftFence(pluginID, node.ID)
 		}
 		return err
 	})
+}
+
+// earlierCallsEnded reports whether an answer from the controller on
+// nodeID (reply and err) shows that every call sent there before it has
+// ended. A success says so in reply (false from a lane of several calls
+// that still ran one; never set by a lane of one). An error carries no
+// reply, so it shows that much only when the controller's lane runs one
+// call at a time, as every lane did before controller_concurrency.
+func earlierCallsEnded(plugin *structs.CSIPlugin, nodeID string, reply *structs.CSIControllerReply, err error) bool {
+	if err == nil {
+		return reply == nil || !reply.LaneBusyBefore
+	}
+	if plugin == nil {
+		return true
+	}
+	info := plugin.Controllers[nodeID]
+	return info == nil || info.ControllerConcurrency <= 1
+}
+
+// laneLimit is how many of plugin's calls its lane runs at once: the
+// plugin's controller_concurrency once every server reads LaneBusyBefore
+// (upgrade.ControllerConcurrency), one before. A plugin whose controllers
+// disagree is logged once per disagreement.
+func (s *Server) laneLimit(lanes *controllerLanes, plugin *structs.CSIPlugin) int {
+	if plugin == nil {
+		return 1
+	}
+	if plugin.ControllerConcurrencyWarning != "" && lanes.firstWarning(plugin.ID, plugin.ControllerConcurrencyWarning) {
+		s.logger.Warn("csi plugin's controllers disagree on controller_concurrency; the smallest is used",
+			"plugin_id", plugin.ID, "warning", plugin.ControllerConcurrencyWarning)
+	}
+	if plugin.ControllerConcurrency <= 1 {
+		return 1
+	}
+	min, known := s.minServerVersion()
+	return pluginLaneLimit(plugin, min, known)
+}
+
+// pluginLaneLimit is laneLimit's decision, given the oldest server build
+// (known false: none could be read).
+func pluginLaneLimit(plugin *structs.CSIPlugin, minServer upgrade.Version, known bool) int {
+	if plugin == nil || !known || !upgrade.ControllerConcurrency.Enabled(minServer) {
+		return 1
+	}
+	return min(max(1, plugin.ControllerConcurrency), laneadmit.MaxLimit)
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/shoenig/test/must"
 	"github.com/shoenig/test/wait"
 
+	"github.com/roamhq/roam/internal/laneadmit"
 	"github.com/roamhq/roam/structs"
 )
 
@@ -20,6 +21,58 @@ import (
 // call on node-b is answered. Then the usual order applies again.
 func TestControllerFence_SurvivesLeaderChange(t *testing.T) {
 	t.Parallel()
+	leader := leaderAfterCallOnNodeB(t)
+	var called []string
+	record := func(ctx context.Context, n *structs.Node) error {
+		called = append(called, n.ID)
+		return nil
+	}
+	must.NoError(t, leader.onController(context.Background(), testPlugin, "publish", laneadmit.Call{}, nil, record))
+	must.Eq(t, []string{"node-b"}, called, must.Sprint("the new leader called another controller while node-b may still run the old leader's call"))
+
+	// node-b answered: its lane is idle, and the usual order is back.
+	must.NoError(t, leader.onController(context.Background(), testPlugin, "publish", laneadmit.Call{}, nil, record))
+	must.Eq(t, []string{"node-b", "node-a"}, called)
+	rec, err := leader.State().CSIControllerFence(nil, testPlugin)
+	must.NoError(t, err)
+	must.Eq(t, "node-a", rec.NodeID, must.Sprint("the fence follows the calls"))
+}
+
+// With a lane of several calls on node-b, an answer there while an
+// earlier call still runs in that lane (LaneBusyBefore) is no sign the old
+// leader's call has ended: the fence holds until an answer says no
+// earlier call is left.
+func TestControllerFence_HoldsWhileTheLaneSaysEarlierCallsRun(t *testing.T) {
+	t.Parallel()
+	leader := leaderAfterCallOnNodeB(t)
+	var called []string
+	answer := func(busy bool) (*structs.CSIControllerReply, func(context.Context, *structs.Node) error) {
+		reply := &structs.CSIControllerReply{}
+		return reply, func(ctx context.Context, n *structs.Node) error {
+			called = append(called, n.ID)
+			reply.LaneBusyBefore = busy
+			return nil
+		}
+	}
+	for range 2 {
+		reply, call := answer(true)
+		must.NoError(t, leader.onController(context.Background(), testPlugin, "publish", laneadmit.Call{Volume: "v"}, reply, call))
+	}
+	must.Eq(t, []string{"node-b", "node-b"}, called, must.Sprint("the fence lifted on an answer from a lane that still ran an earlier call"))
+
+	reply, call := answer(false)
+	must.NoError(t, leader.onController(context.Background(), testPlugin, "publish", laneadmit.Call{Volume: "v"}, reply, call))
+	reply, call = answer(false)
+	must.NoError(t, leader.onController(context.Background(), testPlugin, "publish", laneadmit.Call{Volume: "v"}, reply, call))
+	must.Eq(t, []string{"node-b", "node-b", "node-b", "node-a"}, called, must.Sprint("node-b's lane drained: the usual order is back"))
+}
+
+// leaderAfterCallOnNodeB starts a 3-server cluster with controllers on
+// node-a and node-b, has the leader send a call that node-a cannot take
+// and that hangs on node-b until the test ends, moves leadership away, and
+// returns the new leader, which holds the fence record naming node-b.
+func leaderAfterCallOnNodeB(t *testing.T) *Server {
+	t.Helper()
 	servers := testMemClusterWith(t, 3, withLongHeartbeats).servers
 	old := waitForLeaderDuties(t, servers...)
 	healthy := true
@@ -37,7 +90,7 @@ func TestControllerFence_SurvivesLeaderChange(t *testing.T) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		_ = old.onController(context.Background(), testPlugin, "publish", func(ctx context.Context, n *structs.Node) error {
+		_ = old.onController(context.Background(), testPlugin, "publish", laneadmit.Call{}, nil, func(ctx context.Context, n *structs.Node) error {
 			if n.ID == "node-a" {
 				return structs.ErrCSIPluginNotFound
 			}
@@ -71,21 +124,7 @@ func TestControllerFence_SurvivesLeaderChange(t *testing.T) {
 	must.NoError(t, err)
 	must.NotNil(t, rec)
 	must.Eq(t, "node-b", rec.NodeID)
-
-	var called []string
-	record := func(ctx context.Context, n *structs.Node) error {
-		called = append(called, n.ID)
-		return nil
-	}
-	must.NoError(t, leader.onController(context.Background(), testPlugin, "publish", record))
-	must.Eq(t, []string{"node-b"}, called, must.Sprint("the new leader called another controller while node-b may still run the old leader's call"))
-
-	// node-b answered: its lane is idle, and the usual order is back.
-	must.NoError(t, leader.onController(context.Background(), testPlugin, "publish", record))
-	must.Eq(t, []string{"node-b", "node-a"}, called)
-	rec, err = leader.State().CSIControllerFence(nil, testPlugin)
-	must.NoError(t, err)
-	must.Eq(t, "node-a", rec.NodeID, must.Sprint("the fence follows the calls"))
+	return leader
 }
 
 // The recorded fence pins to its node while the node is a candidate, tells

@@ -9,6 +9,7 @@ import (
 
 	metrics "github.com/hashicorp/go-metrics"
 
+	"github.com/roamhq/roam/internal/laneadmit"
 	"github.com/roamhq/roam/structs"
 )
 
@@ -357,7 +358,9 @@ var errClaimAppeared = errors.New("a claim for the attachment appeared")
 // runs, the claims are read again: a claim reserved meanwhile for that
 // node (its publish waits behind this call) keeps the attachment.
 func (r *restoreReconcile) unpublish(ctx context.Context, vol *structs.CSIVolume, nodeID, extNode string) error {
-	return r.s.onController(ctx, vol.PluginID, "unpublish", func(ctx context.Context, cn *structs.Node) error {
+	var resp structs.ClientCSIControllerDetachVolumeResponse
+	key := laneadmit.Call{Volume: vol.ID, Node: nodeID}
+	return r.s.onController(ctx, vol.PluginID, "unpublish", key, &resp.CSIControllerReply, func(ctx context.Context, cn *structs.Node) error {
 		latest, err := r.s.State().CSIVolumeByID(nil, structs.DefaultNamespace, vol.ID)
 		if err != nil {
 			return err
@@ -372,7 +375,6 @@ func (r *restoreReconcile) unpublish(ctx context.Context, vol *structs.CSIVolume
 			PluginID: latest.PluginID, VolumeID: latest.ExternalID, ClientCSINodeID: extNode,
 			Secrets: latest.Secrets, CSIControllerQuery: controllerQuery(ctx, cn),
 		}
-		var resp structs.ClientCSIControllerDetachVolumeResponse
 		return r.s.clientRPC(ctx, cn.ID, "ClientCSI.ControllerDetachVolume", &req, &resp)
 	})
 }

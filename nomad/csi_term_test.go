@@ -7,6 +7,7 @@ import (
 
 	"github.com/shoenig/test/must"
 
+	"github.com/roamhq/roam/internal/laneadmit"
 	"github.com/roamhq/roam/structs"
 )
 
@@ -68,7 +69,7 @@ func TestOnController_StampsTheLeaderTerm(t *testing.T) {
 	must.NoError(t, err)
 
 	var got structs.CSIControllerQuery
-	must.NoError(t, s.onController(testCtx(t), testPlugin, "publish", func(ctx context.Context, cn *structs.Node) error {
+	must.NoError(t, s.onController(testCtx(t), testPlugin, "publish", laneadmit.Call{}, nil, func(ctx context.Context, cn *structs.Node) error {
 		got = controllerQuery(ctx, cn)
 		return nil
 	}))

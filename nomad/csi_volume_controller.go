@@ -12,6 +12,7 @@ import (
 	"maps"
 	"time"
 
+	"github.com/roamhq/roam/internal/laneadmit"
 	"github.com/roamhq/roam/state"
 	"github.com/roamhq/roam/structs"
 )
@@ -165,7 +166,7 @@ func (c *CSIVolume) Create(args *structs.CSIVolumeCreateRequest, reply *structs.
 // returns the volume as registered.
 func (s *Server) createVolume(ctx context.Context, v *structs.CSIVolume, wr structs.WriteRequest) (*structs.CSIVolume, uint64, error) {
 	var created structs.ClientCSIControllerCreateVolumeResponse
-	err := s.onController(ctx, v.PluginID, "create", func(ctx context.Context, cn *structs.Node) error {
+	err := s.onController(ctx, v.PluginID, "create", laneadmit.Call{Volume: v.ID}, &created.CSIControllerReply, func(ctx context.Context, cn *structs.Node) error {
 		req := structs.ClientCSIControllerCreateVolumeRequest{
 			PluginID: v.PluginID, Name: v.ID, CapacityMin: v.CapacityMin, CapacityMax: v.CapacityMax,
 			Capabilities: v.RequestedCapabilities, MountOptions: v.MountOptions,
@@ -276,7 +277,8 @@ func (s *Server) deleteVolume(ctx context.Context, id string, wr structs.WriteRe
 	if v == nil {
 		return 0, fmt.Errorf("%w: volume %q", structs.ErrNotFound, id)
 	}
-	err = s.onController(ctx, v.PluginID, "delete", func(ctx context.Context, cn *structs.Node) error {
+	var resp structs.ClientCSIControllerDeleteVolumeResponse
+	err = s.onController(ctx, v.PluginID, "delete", laneadmit.Call{Volume: id}, &resp.CSIControllerReply, func(ctx context.Context, cn *structs.Node) error {
 		cur, err := s.State().CSIVolumeByID(nil, structs.DefaultNamespace, id)
 		if err != nil {
 			return err
@@ -291,7 +293,6 @@ func (s *Server) deleteVolume(ctx context.Context, id string, wr structs.WriteRe
 			PluginID: cur.PluginID, ExternalVolumeID: cur.ExternalID, Secrets: cur.Secrets,
 			CSIControllerQuery: controllerQuery(ctx, cn),
 		}
-		var resp structs.ClientCSIControllerDeleteVolumeResponse
 		return s.clientRPC(ctx, cn.ID, "ClientCSI.ControllerDeleteVolume", &req, &resp)
 	})
 	if err != nil {
@@ -439,7 +440,8 @@ func (c *CSIVolume) CreateSnapshot(args *structs.CSISnapshotCreateRequest, reply
 			secrets = v.Secrets
 		}
 		var resp structs.ClientCSIControllerCreateSnapshotResponse
-		err := srv.onController(ctx, v.PluginID, "snapshot-create", func(ctx context.Context, cn *structs.Node) error {
+		key := laneadmit.Call{Volume: v.ID}
+		err := srv.onController(ctx, v.PluginID, "snapshot-create", key, &resp.CSIControllerReply, func(ctx context.Context, cn *structs.Node) error {
 			req := structs.ClientCSIControllerCreateSnapshotRequest{
 				PluginID: v.PluginID, ExternalVolumeID: v.ExternalID, Name: name,
 				Parameters: spec.Parameters, Secrets: secrets,
@@ -487,12 +489,13 @@ func (c *CSIVolume) DeleteSnapshot(args *structs.CSISnapshotDeleteRequest, reply
 	}
 	ctx, cancel := srv.csiProvisionContext()
 	defer cancel()
-	err := srv.onController(ctx, args.PluginID, "snapshot-delete", func(ctx context.Context, cn *structs.Node) error {
+	var resp structs.ClientCSIControllerDeleteSnapshotResponse
+	key := laneadmit.Call{Volume: "snapshot:" + args.SnapshotID}
+	err := srv.onController(ctx, args.PluginID, "snapshot-delete", key, &resp.CSIControllerReply, func(ctx context.Context, cn *structs.Node) error {
 		req := structs.ClientCSIControllerDeleteSnapshotRequest{
 			PluginID: args.PluginID, ID: args.SnapshotID, Secrets: args.Secrets,
 			CSIControllerQuery: controllerQuery(ctx, cn),
 		}
-		var resp structs.ClientCSIControllerDeleteSnapshotResponse
 		return srv.clientRPC(ctx, cn.ID, "ClientCSI.ControllerDeleteSnapshot", &req, &resp)
 	})
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/roamhq/roam/internal/laneadmit"
 	"github.com/roamhq/roam/state"
 	"github.com/roamhq/roam/structs"
 )
@@ -120,7 +121,7 @@ func (c *CSIVolume) Expand(args *structs.CSIVolumeExpandRequest, reply *structs.
 func (s *Server) expandVolume(ctx context.Context, id string, min, max int64, wr structs.WriteRequest) (*structs.CSIVolume, uint64, error) {
 	var resp structs.ClientCSIControllerExpandVolumeResponse
 	var vol *structs.CSIVolume
-	err := s.onController(ctx, s.volumePluginID(id), "expand", func(ctx context.Context, cn *structs.Node) error {
+	err := s.onController(ctx, s.volumePluginID(id), "expand", laneadmit.Call{Volume: id}, &resp.CSIControllerReply, func(ctx context.Context, cn *structs.Node) error {
 		// Read again inside the lane: what runs before in the lane (a
 		// delete) may have changed the volume.
 		cur, err := s.State().CSIVolumeByID(nil, structs.DefaultNamespace, id)

@@ -60,6 +60,9 @@ type controllerLanes struct {
 	// stats are what the lanes did, by plugin ID, for operators (the UI's
 	// plugin page); at most maxLaneStats plugins.
 	stats map[string]*laneStats
+	// warned is, by plugin ID, the last controller_concurrency warning
+	// logged; at most maxLaneStats plugins.
+	warned map[string]string
 }
 
 // maxLaneStats bounds how many plugins' lane stats a leader keeps; a
@@ -128,7 +131,23 @@ func newControllerLanes(parent context.Context, callTimeout time.Duration, logge
 		fences:      make(map[string]fence),
 		stats:       make(map[string]*laneStats),
 		idle:        make(map[string]string),
+		warned:      make(map[string]string),
 	}
+}
+
+// firstWarning reports whether warning is new for pluginID (so the caller
+// logs it), and remembers it.
+func (l *controllerLanes) firstWarning(pluginID, warning string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.warned[pluginID] == warning {
+		return false
+	}
+	if _, ok := l.warned[pluginID]; !ok && len(l.warned) >= maxLaneStats {
+		return false
+	}
+	l.warned[pluginID] = warning
+	return true
 }
 
 // Do runs fn in pluginID's lane alone: as Call with no key and a limit of

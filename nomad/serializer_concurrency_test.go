@@ -2,6 +2,7 @@ package nomad
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -10,6 +11,8 @@ import (
 	"github.com/shoenig/test/must"
 
 	"github.com/roamhq/roam/internal/laneadmit"
+	"github.com/roamhq/roam/internal/upgrade"
+	"github.com/roamhq/roam/structs"
 )
 
 // heldCall is one call sent into a lane that runs until its release is
@@ -180,4 +183,57 @@ func TestLane_ConcurrencyWaitIdleWaitsForEveryCall(t *testing.T) {
 	n, err := l.waitIdle(t.Context())
 	must.NoError(t, err)
 	must.Zero(t, n)
+}
+
+func TestPluginLaneLimit(t *testing.T) {
+	v := upgrade.MustParse
+	plugin := func(n int) *structs.CSIPlugin { return &structs.CSIPlugin{ID: "ebs", ControllerConcurrency: n} }
+	for _, tc := range []struct {
+		name   string
+		plugin *structs.CSIPlugin
+		min    upgrade.Version
+		known  bool
+		want   int
+	}{
+		{"no plugin", nil, v("0.3.0"), true, 1},
+		{"every server reads LaneBusyBefore", plugin(8), v("0.3.0"), true, 8},
+		{"a newer cluster", plugin(8), v("1.0.0"), true, 8},
+		{"a server before 0.3.0 holds it to one", plugin(8), v("0.2.0"), true, 1},
+		{"no build known", plugin(8), upgrade.Version{}, false, 1},
+		{"the default", plugin(1), v("0.3.0"), true, 1},
+		{"an older state's 0 is one", plugin(0), v("0.3.0"), true, 1},
+		{"above the bound is the bound", plugin(1000), v("0.3.0"), true, laneadmit.MaxLimit},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			must.Eq(t, tc.want, pluginLaneLimit(tc.plugin, tc.min, tc.known))
+		})
+	}
+}
+
+func TestEarlierCallsEnded(t *testing.T) {
+	plugin := &structs.CSIPlugin{Controllers: map[string]*structs.CSIInfo{
+		"serial": {ControllerConcurrency: 1}, "old": {}, "wide": {ControllerConcurrency: 4},
+	}}
+	boom := errors.New("boom")
+	for _, tc := range []struct {
+		name   string
+		plugin *structs.CSIPlugin
+		node   string
+		reply  *structs.CSIControllerReply
+		err    error
+		want   bool
+	}{
+		{"a success from a lane with nothing earlier left", plugin, "wide", &structs.CSIControllerReply{}, nil, true},
+		{"a success while an earlier call runs", plugin, "wide", &structs.CSIControllerReply{LaneBusyBefore: true}, nil, false},
+		{"a success without a reply (a lane of one)", plugin, "wide", nil, nil, true},
+		{"an error from a lane of one", plugin, "serial", nil, boom, true},
+		{"an error from an older client's lane, of one", plugin, "old", nil, boom, true},
+		{"an error from a lane of several says nothing", plugin, "wide", &structs.CSIControllerReply{}, boom, false},
+		{"an error from a controller gone from the plugin", plugin, "gone", nil, boom, true},
+		{"an error, the plugin gone", nil, "wide", nil, boom, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			must.Eq(t, tc.want, earlierCallsEnded(tc.plugin, tc.node, tc.reply, tc.err))
+		})
+	}
 }
