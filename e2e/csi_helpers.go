@@ -99,6 +99,9 @@ type csiOpts struct {
 	// Binary is Opts' field of the same name: the agents' binary (the
 	// plugins always run the one under test).
 	Binary string
+	// ControllerConcurrency is, by plugin ID, the controller_concurrency
+	// the clients give the plugin; it needs ExternalPlugins.
+	ControllerConcurrency map[string]int
 }
 
 // startCSICluster starts the cluster and one monolith hostpath plugin per
@@ -147,6 +150,9 @@ func startCSICluster(t *testing.T, opts csiOpts) *csiCluster {
 
 	if len(opts.Zones) > 0 && !opts.ExternalPlugins {
 		t.Fatal("e2e: csiOpts.Zones needs ExternalPlugins")
+	}
+	if len(opts.ControllerConcurrency) > 0 && !opts.ExternalPlugins {
+		t.Fatal("e2e: csiOpts.ControllerConcurrency needs ExternalPlugins")
 	}
 	if opts.ExternalPlugins {
 		var agents []*Agent
@@ -206,11 +212,15 @@ func startCSICluster(t *testing.T, opts csiOpts) *csiCluster {
 			}
 			hcl := "client {\n"
 			for _, s := range sets {
+				extra := ""
+				if n := opts.ControllerConcurrency[s.id]; n != 0 {
+					extra = fmt.Sprintf("    controller_concurrency = %d\n", n)
+				}
 				hcl += fmt.Sprintf(`  csi_plugin %q {
     type   = "monolith"
     socket = %q
-  }
-`, s.id, s.sockets[name])
+%s  }
+`, s.id, s.sockets[name], extra)
 			}
 			return hcl + "}\n"
 		},
