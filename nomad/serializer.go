@@ -71,6 +71,8 @@ const maxLaneStats = 1024
 
 // laneStats is one plugin's record; guarded by controllerLanes.mu.
 type laneStats struct {
+	// limit is the lane's limit as its latest call gave it.
+	limit    int
 	inFlight int
 	calls    uint64
 	timeouts uint64
@@ -258,11 +260,13 @@ func (l *controllerLanes) Stats() []*structs.CSILaneStats {
 	out := make([]*structs.CSILaneStats, 0, len(l.stats))
 	for id, st := range l.stats {
 		ls := &structs.CSILaneStats{
-			PluginID: id, InFlight: st.inFlight, Calls: st.calls, Timeouts: st.timeouts,
+			PluginID: id, Limit: st.limit, InFlight: st.inFlight, Calls: st.calls, Timeouts: st.timeouts,
 			Recent: make([]structs.CSILaneCall, 0, len(st.recent)),
 		}
 		if ln, ok := l.lanes[id]; ok {
 			ls.Depth = len(ln.waiters)
+			ls.Running = laneKeysShown(ln.running, len(ln.running))
+			ls.Queued = laneKeysShown(ln.waiters, structs.CSILaneKeysShown)
 		}
 		ls.Recent = append(ls.Recent, st.recent[st.next:]...)
 		ls.Recent = append(ls.Recent, st.recent[:st.next]...)
@@ -317,6 +321,9 @@ func (l *controllerLanes) wait(ctx context.Context, req laneRequest) (*laneTicke
 		l.lanes[pluginID] = ln
 	}
 	ln.limit = req.Limit
+	if st := l.statsLocked(pluginID); st != nil {
+		st.limit = max(1, req.Limit)
+	}
 	ln.waiters = append(ln.waiters, t)
 	l.admitLocked(pluginID, ln)
 	if t.granted {
@@ -410,6 +417,18 @@ func (l *controllerLanes) admitLocked(pluginID string, ln *lane) {
 		ln.waiters = kept
 	}
 	l.setDepthLocked(pluginID, ln)
+}
+
+// laneKeysShown lists the first n of ts for operators.
+func laneKeysShown(ts []*laneTicket, n int) []structs.CSILaneKey {
+	if len(ts) == 0 {
+		return nil
+	}
+	out := make([]structs.CSILaneKey, 0, min(n, len(ts)))
+	for _, t := range ts[:min(n, len(ts))] {
+		out = append(out, structs.CSILaneKey{Op: t.op, Volume: t.key.Volume, Node: t.key.Node})
+	}
+	return out
 }
 
 func laneKeys(ts []*laneTicket) []laneadmit.Call {

@@ -237,3 +237,32 @@ func TestEarlierCallsEnded(t *testing.T) {
 		})
 	}
 }
+
+// What the lanes API shows of a lane of several: its limit, and what each
+// running and queued call holds.
+func TestLane_ConcurrencyStatsShowKeys(t *testing.T) {
+	l := testLanes(t, t.Context())
+	a := sendHeld(t, t.Context(), l, laneadmit.Call{Volume: "a", Node: "n1"}, 2)
+	a.mustStart(t, "a")
+	b := sendHeld(t, t.Context(), l, laneadmit.Call{Volume: "b"}, 2)
+	b.mustStart(t, "b")
+	c := sendHeld(t, t.Context(), l, laneadmit.Call{Volume: "a"}, 2)
+	waitDepth(t, l, "ebs", 1)
+
+	st := laneOf(l, "ebs")
+	must.NotNil(t, st)
+	must.EqOp(t, 2, st.Limit)
+	must.EqOp(t, 2, st.InFlight)
+	must.EqOp(t, 1, st.Depth)
+	must.Eq(t, []structs.CSILaneKey{{Op: "publish", Volume: "a", Node: "n1"}, {Op: "publish", Volume: "b"}}, st.Running)
+	must.Eq(t, []structs.CSILaneKey{{Op: "publish", Volume: "a"}}, st.Queued)
+
+	a.finish(t)
+	c.mustStart(t, "c")
+	b.finish(t)
+	c.finish(t)
+	st = laneOf(l, "ebs")
+	must.SliceEmpty(t, st.Running)
+	must.SliceEmpty(t, st.Queued)
+	must.EqOp(t, 2, st.Limit, must.Sprint("the limit stays known while the lane is idle"))
+}

@@ -24,6 +24,7 @@ var uiTemplates = template.Must(template.New("ui").Funcs(template.FuncMap{
 	"bytes":      humanBytes,
 	"pathesc":    url.PathEscape,
 	"lanechart":  laneChart,
+	"lanekey":    laneKey,
 	"ms":         func(d time.Duration) int64 { return d.Milliseconds() },
 	"servername": servername,
 	"unixnano":   func(n int64) string { return time.Unix(0, n).UTC().Format("15:04:05.000") },
@@ -89,15 +90,15 @@ var uiTemplates = template.Must(template.New("ui").Funcs(template.FuncMap{
 </table>
 {{else}}<p class="empty">No plugins have reported yet.</p>{{end}}
 <h2 id="lanes-h">Controller lanes (on the leader)</h2>
-<p class="hint">Destructive controller calls (publish, unpublish, delete, snapshot, expand) run one at a time per plugin, first come first served.</p>
+<p class="hint">Destructive controller calls (publish, unpublish, delete, snapshot, expand) run one at a time per plugin, first come first served; a plugin with controller_concurrency N runs up to N, never two on one volume nor two publish/unpublish calls for one node.</p>
 {{if .LanesErr}}<p class="notice error" role="alert">{{.LanesErr}}</p>
 {{else if .Lanes}}
 <table class="list" aria-labelledby="lanes-h">
 <thead><tr><th scope="col">Plugin</th><th scope="col">Depth now</th><th scope="col">In flight</th><th scope="col">Calls</th><th scope="col">Timeouts</th><th scope="col">Recent calls (ms, oldest first)</th></tr></thead>
 <tbody>
-{{range .Lanes}}<tr data-lane="{{.PluginID}}" data-depth="{{.Depth}}" data-inflight="{{.InFlight}}"><td>{{.PluginID}}</td>
-<td><span class="num{{if .Depth}} busy{{end}}">{{.Depth}}</span>{{if .Depth}} queued{{end}}</td>
-<td>{{.InFlight}}</td><td>{{.Calls}}</td>
+{{range .Lanes}}<tr data-lane="{{.PluginID}}" data-depth="{{.Depth}}" data-inflight="{{.InFlight}}" data-limit="{{.Limit}}"><td>{{.PluginID}}</td>
+<td><span class="num{{if .Depth}} busy{{end}}">{{.Depth}}</span>{{if .Depth}} queued{{end}}{{with .Queued}}<br><small class="keys">{{range .}}{{lanekey .}} {{end}}</small>{{end}}</td>
+<td>{{.InFlight}}{{if gt .Limit 1}} of {{.Limit}}{{end}}{{with .Running}}<br><small class="keys">{{range .}}{{lanekey .}} {{end}}</small>{{end}}</td><td>{{.Calls}}</td>
 <td>{{if .Timeouts}}<span class="st bad">✗ {{.Timeouts}}</span>{{else}}0{{end}}</td>
 <td>{{lanechart .}}</td></tr>
 {{end}}</tbody>
@@ -328,6 +329,26 @@ func (s *HTTPServer) uiPluginsPage() *uiPage {
 			return uiExec("plugins", data)
 		},
 	}
+}
+
+// laneKey names a lane call by what it does and holds: "publish vol@node".
+func laneKey(k structs.CSILaneKey) string {
+	s := k.Op
+	if k.Volume != "" {
+		s += " " + k.Volume
+	}
+	if k.Node != "" {
+		s += "@" + shortNodeID(k.Node)
+	}
+	return s
+}
+
+// shortNodeID is the first 8 characters of a node ID, as the UI lists them.
+func shortNodeID(id string) string {
+	if len(id) > 8 {
+		return id[:8]
+	}
+	return id
 }
 
 // laneChart draws a lane's recent call durations as a small bar chart,

@@ -181,3 +181,14 @@ func TestUI_NodePage(t *testing.T) {
 	res = do(t, a, http.MethodGet, "/ui/node/%2e%2e")
 	must.EqOp(t, http.StatusBadRequest, res.code)
 }
+
+func TestUI_LaneKey(t *testing.T) {
+	for k, want := range map[structs.CSILaneKey]string{
+		{Op: "publish", Volume: "db[0]", Node: "9f86d081-884c-7d65"}: "publish db[0]@9f86d081",
+		{Op: "delete", Volume: "db"}:                                 "delete db",
+		{Op: "snapshot-delete", Volume: "snapshot:snap-1"}:           "snapshot-delete snapshot:snap-1",
+		{Op: "publish", Node: "n1"}:                                  "publish@n1",
+	} {
+		must.EqOp(t, want, laneKey(k))
+	}
+}
