@@ -119,6 +119,24 @@ func newClaimChurnOn(t *testing.T, cc *csiCluster, n int, pluginID string) *clai
 	return ch
 }
 
+// waitCycled waits until the churn has cycled n more claims (claimed and
+// released), so that counts of 0 after a fault say something of claims
+// that ran through it.
+func (ch *claimChurn) waitCycled(what string, n int) {
+	ch.t.Helper()
+	ch.mu.Lock()
+	from := ch.cycles
+	ch.mu.Unlock()
+	WaitFor(ch.t, 2*time.Minute, func() error {
+		ch.mu.Lock()
+		defer ch.mu.Unlock()
+		if ch.cycles < from+n {
+			return fmt.Errorf("%s: %d of %d claims cycled", what, ch.cycles-from, n)
+		}
+		return nil
+	})
+}
+
 // start runs one worker per volume, each with its own random source
 // derived from seed, and the monitor.
 func (ch *claimChurn) start(seed int64) {

@@ -77,6 +77,10 @@ func TestFaults_LeaderDiskFull(t *testing.T) {
 	t.Logf("%s leads with its data dir on a %s tmpfs, filled (%d bytes free)", victim.Name, diskFullSize, freeAfterFill)
 
 	acked := cc.writeUntilLogFails(t, victim, fillJob)
+	// It said so before its disk was full: the file system is below what
+	// the log needs from the start.
+	must.StrContains(t, victim.Log(), "the data dir is running out of space",
+		must.Sprint("the full server never warned of its disk"))
 	// Space is freed, room for the log's next segment as well (the filler
 	// alone leaves less than one segment: the restart would stop again at
 	// the next rotation).
@@ -240,6 +244,7 @@ func (cc *csiCluster) mustStopThenCatchUp(t *testing.T, ch *claimChurn, vi int, 
 		}
 	}
 	t.Logf("%s: %d acknowledged writes read back from every server, %d lost", scenario, len(acked), lost)
+	ch.waitCycled(scenario+": after the catch-up", 2)
 	rep := ch.check(t, scenario, time.Now(), nil, nil, nil)
 	t.Logf("%s counts: claims cycled=%d", scenario, rep.Cycles)
 }

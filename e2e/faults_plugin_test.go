@@ -23,8 +23,10 @@ const faultHangControllerUnpublish = "fault-hang-controller-unpublish"
 // starts it again). Each call hangs at the provider until the kill, so
 // the kill lands mid-call. The claim must still end taken by the running
 // allocation, then released once the job stops; the plugin that answers
-// is the restarted one or the other client's; and the provider never
-// has two destructive calls in flight at once.
+// is the restarted one or the other client's; the provider never has two
+// destructive calls in flight at once; and claim churn on two more volumes
+// through both kills ends with no acknowledged claim lost and no two
+// writers on a volume.
 func TestFaults_PluginKilledMidCall(t *testing.T) {
 	for _, mode := range []string{"task", "static"} {
 		t.Run(mode, func(t *testing.T) {
@@ -33,6 +35,11 @@ func TestFaults_PluginKilledMidCall(t *testing.T) {
 				opts.PluginGroupExtra = pluginRestartAlways
 			}
 			cc := startCSICluster(t, opts)
+			// Claim churn on two more volumes of the same plugin runs
+			// through both kills, for the three counts.
+			ch := newClaimChurn(t, cc, 2)
+			t.Cleanup(ch.halt)
+			ch.start(time.Now().UnixNano() % 1e6)
 			exts := cc.createVolumes(t, "client-0", "kv")
 			cc.registerVolumeHTTP(t, "kv", exts[0])
 			vols := []volRef{{ID: "kv", ExtID: exts[0], StateDir: cc.StateDir}}
@@ -47,6 +54,7 @@ func TestFaults_PluginKilledMidCall(t *testing.T) {
 			cc.waitClaim(t, "kv", alloc.ID)
 			WaitFor(t, csiSettle, func() error { return cc.claimsSettled(vols, []string{"kv"}, volFor) })
 			cc.mustNoOverlaps(t)
+			ch.waitCycled(mode+": after the kill mid-publish", 2)
 			pubs := cc.totalCalls(t, "ControllerPublishVolume")
 			t.Logf("%s: publish killed on %s; claim taken by %s; %d ControllerPublishVolume calls answered at the plugins",
 				mode, on, alloc.ID[:8], pubs)
@@ -60,6 +68,10 @@ func TestFaults_PluginKilledMidCall(t *testing.T) {
 			cc.mustNoOverlaps(t)
 			t.Logf("%s: unpublish killed on %s; claim released; %d ControllerUnpublishVolume calls answered",
 				mode, on, cc.totalCalls(t, "ControllerUnpublishVolume"))
+
+			ch.waitCycled(mode+": after the kill mid-unpublish", 2)
+			rep := ch.check(t, "plugin killed ("+mode+")", time.Now(), vols, []string{"kv"}, volFor)
+			must.Positive(t, rep.Cycles, must.Sprint("the churn cycled no claim: its zero counts would prove nothing"))
 		})
 	}
 }

@@ -103,20 +103,7 @@ func TestUpgrade_Rolling(t *testing.T) {
 		})
 	}
 	allOn("0.1.0")
-	// cycledBy waits until the churn has cycled n more claims.
-	cycledBy := func(what string, n int) {
-		ch.mu.Lock()
-		from := ch.cycles
-		ch.mu.Unlock()
-		WaitFor(t, 2*time.Minute, func() error {
-			ch.mu.Lock()
-			defer ch.mu.Unlock()
-			if ch.cycles < from+n {
-				return fmt.Errorf("%s: %d of %d claims cycled", what, ch.cycles-from, n)
-			}
-			return nil
-		})
-	}
+	cycledBy := ch.waitCycled
 	cycledBy("on the old build", 3)
 
 	leader := cc.WaitForLeader(leaderTimeout)
