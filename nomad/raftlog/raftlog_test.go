@@ -1,6 +1,7 @@
 package raftlog
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"sync"
@@ -29,6 +30,9 @@ import (
 type faultFS struct {
 	*fs.FS
 	full, eio atomic.Bool
+	// torn writes half of each write, then fails it with EIO; syncEIO
+	// fails every sync.
+	torn, syncEIO atomic.Bool
 }
 
 func (f *faultFS) Create(dir, name string, size uint64) (types.WritableFile, error) {
@@ -63,7 +67,21 @@ func (f *faultFile) WriteAt(p []byte, off int64) (int, error) {
 	if f.fs.eio.Load() {
 		return 0, syscall.EIO
 	}
+	if f.fs.torn.Load() {
+		n, err := f.WritableFile.WriteAt(p[:len(p)/2], off)
+		if err != nil {
+			return n, err
+		}
+		return n, syscall.EIO
+	}
 	return f.WritableFile.WriteAt(p, off)
+}
+
+func (f *faultFile) Sync() error {
+	if f.fs.syncEIO.Load() {
+		return syscall.EIO
+	}
+	return f.WritableFile.Sync()
 }
 
 // testSegment is small, so that a test rotates often.
@@ -230,6 +248,58 @@ func TestGuard_WriteErrorMidAppend(t *testing.T) {
 	must.EqOp(t, acked, last)
 	_, err = appendUntil(g2, acked+1, 5)
 	must.NoError(t, err)
+}
+
+// A write the disk fails part way (half of it written, then EIO) and a
+// sync that fails: each is refused and reported, and the log opened again
+// holds every acknowledged entry, whole, none of a torn one, and takes
+// appends.
+func TestGuard_TornWriteAndFailedSync(t *testing.T) {
+	for name, fault := range map[string]func(*faultFS) *atomic.Bool{
+		"torn write":  func(v *faultFS) *atomic.Bool { return &v.torn },
+		"failed sync": func(v *faultFS) *atomic.Bool { return &v.syncEIO },
+	} {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			vfs := &faultFS{FS: fs.New()}
+			var got failures
+			g, closeLog := openLog(t, dir, vfs, got.add)
+			entry := func(i uint64) []byte { return bytes.Repeat([]byte(fmt.Sprintf("entry %08d;", i)), 100) }
+			var acked uint64
+			for i := uint64(1); i <= 40; i++ {
+				must.NoError(t, g.StoreLogs([]*raft.Log{{Index: i, Term: 1, Type: raft.LogCommand, Data: entry(i)}}))
+				acked = i
+			}
+			fault(vfs).Store(true)
+			err := g.StoreLogs([]*raft.Log{{Index: acked + 1, Term: 1, Type: raft.LogCommand, Data: entry(acked + 1)}})
+			must.ErrorIs(t, err, structs.ErrRaftLogWrite)
+			must.ErrorIs(t, err, syscall.EIO)
+			must.Eq(t, err, got.wait(t))
+			fault(vfs).Store(false)
+
+			closeLog()
+			g2, _ := openLog(t, dir, vfs, got.add)
+			last, err := g2.LastIndex()
+			must.NoError(t, err)
+			// A torn entry must be gone. One written whole whose sync
+			// failed may still be read back from the page cache: it was
+			// never acknowledged, so Raft keeps or truncates it like any
+			// entry it has not committed, but it must read whole.
+			want := []uint64{acked}
+			if name == "failed sync" {
+				want = append(want, acked+1)
+			}
+			must.SliceContains(t, want, last, must.Sprint("the log opened again ends at the last acknowledged entry"))
+			for i := uint64(1); i <= last; i++ {
+				var l raft.Log
+				must.NoError(t, g2.GetLog(i, &l), must.Sprintf("entry %d", i))
+				must.Eq(t, entry(i), l.Data, must.Sprintf("entry %d", i))
+			}
+			_, err = appendUntil(g2, last+1, 5)
+			must.NoError(t, err)
+			t.Logf("%s: log opened again ends at %d (%d acknowledged)", name, last, acked)
+		})
+	}
 }
 
 // Deletes are writes too: Raft truncates a conflicting suffix before it
