@@ -47,8 +47,8 @@ type CSILaneStats struct {
 	InFlight int
 	// Running are the calls that hold a place in the lane now; Queued the
 	// first CSILaneKeysShown of those waiting, oldest first.
-	Running []CSILaneKey `json:",omitempty"`
-	Queued  []CSILaneKey `json:",omitempty"`
+	Running  []CSILaneKey `json:",omitempty"`
+	Queued   []CSILaneKey `json:",omitempty"`
 	Calls    uint64
 	Timeouts uint64
 	// Recent are the latest calls that finished, oldest first, at most
