@@ -521,6 +521,18 @@ func (s *Server) onController(ctx context.Context, pluginID, op string, key lane
 		}
 		var tried *structs.Node
 		node, err := callController(ctx, pluginID, candidates, func(ctx context.Context, n *structs.Node) error {
+			if req.Limit > 1 {
+				// Several calls at once: none goes to a node other than
+				// the one the others run on, or a fence (in memory, or
+				// recorded for the next leader) would name only one of
+				// two nodes with calls in flight.
+				busyOn, ok := lanes.enterNode(pluginID, n.ID)
+				if !ok {
+					return fmt.Errorf("%w: plugin %q has controller calls in flight on node %s; this %s waits for them rather than go to node %s",
+						structs.ErrClaimInProgress, pluginID, busyOn, op, n.ID)
+				}
+				defer lanes.leaveNode(pluginID)
+			}
 			tried = n
 			// Recorded before the call, so that a leader taking over
 			// while it runs knows where it went.
@@ -540,7 +552,15 @@ func (s *Server) onController(ctx context.Context, pluginID, op string, key lane
 		// An answer from node means every call sent there before it has
 		// ended, so the plugin's calls may move elsewhere, only when its
 		// lane says so (see structs.CSIControllerReply).
-		drained := node != nil && earlierCallsEnded(plugin, node.ID, reply, err)
+		var drained bool
+		if node != nil {
+			// Read again: the call may have waited long in the lane.
+			now, rerr := s.State().CSIPluginByID(nil, pluginID)
+			if rerr != nil {
+				now = nil
+			}
+			drained = earlierCallsEnded(now, node.ID, req.Limit, reply, err)
+		}
 		if drained {
 			lanes.markIdle(pluginID, node.ID)
 		}
@@ -561,16 +581,21 @@ func (s *Server) onController(ctx context.Context, pluginID, op string, key lane
 // ended. A success says so in reply (false from a lane of several calls
 // that still ran one; never set by a lane of one). An error carries no
 // reply, so it shows that much only when the controller's lane runs one
-// call at a time, as every lane did before controller_concurrency.
-func earlierCallsEnded(plugin *structs.CSIPlugin, nodeID string, reply *structs.CSIControllerReply, err error) bool {
+// call at a time, as every lane did before controller_concurrency; a
+// controller the plugin no longer lists is judged by the leader's own
+// lane (limit): one call at a time, as before, or else not at all.
+func earlierCallsEnded(plugin *structs.CSIPlugin, nodeID string, limit int, reply *structs.CSIControllerReply, err error) bool {
 	if err == nil {
 		return reply == nil || !reply.LaneBusyBefore
 	}
-	if plugin == nil {
-		return true
+	var info *structs.CSIInfo
+	if plugin != nil {
+		info = plugin.Controllers[nodeID]
 	}
-	info := plugin.Controllers[nodeID]
-	return info == nil || info.ControllerConcurrency <= 1
+	if info == nil {
+		return limit <= 1
+	}
+	return info.ControllerConcurrency <= 1
 }
 
 // laneLimit is how many of plugin's calls its lane runs at once: the

@@ -119,6 +119,42 @@ func (l *controllerLanes) liftFence(pluginID, nodeID string) {
 	}
 }
 
+// sendingTo is, for one plugin, the controller node its calls are in
+// flight on and how many; guarded by controllerLanes.mu.
+type sendingTo struct {
+	nodeID string
+	n      int
+}
+
+// enterNode admits a call of pluginID to nodeID unless calls of the plugin
+// are in flight on another node; an admitted call must leaveNode when it
+// returns. With one call at a time a call moved to another controller only
+// once nothing else was in flight, so every fence named the only node with
+// a call running; with several this keeps it so: the plugin's calls
+// change nodes only when the node they leave has none left running.
+func (l *controllerLanes) enterNode(pluginID, nodeID string) (busyOn string, ok bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s := l.sending[pluginID]
+	if s.n > 0 && s.nodeID != nodeID {
+		return s.nodeID, false
+	}
+	l.sending[pluginID] = sendingTo{nodeID: nodeID, n: s.n + 1}
+	return "", true
+}
+
+func (l *controllerLanes) leaveNode(pluginID string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s := l.sending[pluginID]
+	if s.n <= 1 {
+		delete(l.sending, pluginID)
+		return
+	}
+	s.n--
+	l.sending[pluginID] = s
+}
+
 // markIdle records that a controller call on nodeID was answered.
 func (l *controllerLanes) markIdle(pluginID, nodeID string) {
 	l.mu.Lock()

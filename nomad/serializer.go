@@ -63,6 +63,9 @@ type controllerLanes struct {
 	// warned is, by plugin ID, the last controller_concurrency warning
 	// logged; at most maxLaneStats plugins.
 	warned map[string]string
+	// sending is, by plugin ID, where the plugin's calls are in flight
+	// (see enterNode); only plugins with a call in flight.
+	sending map[string]sendingTo
 }
 
 // maxLaneStats bounds how many plugins' lane stats a leader keeps; a
@@ -134,6 +137,7 @@ func newControllerLanes(parent context.Context, callTimeout time.Duration, logge
 		stats:       make(map[string]*laneStats),
 		idle:        make(map[string]string),
 		warned:      make(map[string]string),
+		sending:     make(map[string]sendingTo),
 	}
 }
 

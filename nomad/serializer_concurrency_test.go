@@ -219,21 +219,24 @@ func TestEarlierCallsEnded(t *testing.T) {
 		name   string
 		plugin *structs.CSIPlugin
 		node   string
+		limit  int
 		reply  *structs.CSIControllerReply
 		err    error
 		want   bool
 	}{
-		{"a success from a lane with nothing earlier left", plugin, "wide", &structs.CSIControllerReply{}, nil, true},
-		{"a success while an earlier call runs", plugin, "wide", &structs.CSIControllerReply{LaneBusyBefore: true}, nil, false},
-		{"a success without a reply (a lane of one)", plugin, "wide", nil, nil, true},
-		{"an error from a lane of one", plugin, "serial", nil, boom, true},
-		{"an error from an older client's lane, of one", plugin, "old", nil, boom, true},
-		{"an error from a lane of several says nothing", plugin, "wide", &structs.CSIControllerReply{}, boom, false},
-		{"an error from a controller gone from the plugin", plugin, "gone", nil, boom, true},
-		{"an error, the plugin gone", nil, "wide", nil, boom, true},
+		{"a success from a lane with nothing earlier left", plugin, "wide", 4, &structs.CSIControllerReply{}, nil, true},
+		{"a success while an earlier call runs", plugin, "wide", 4, &structs.CSIControllerReply{LaneBusyBefore: true}, nil, false},
+		{"a success without a reply (a lane of one)", plugin, "wide", 4, nil, nil, true},
+		{"an error from a lane of one", plugin, "serial", 4, nil, boom, true},
+		{"an error from an older client's lane, of one", plugin, "old", 4, nil, boom, true},
+		{"an error from a lane of several says nothing", plugin, "wide", 4, &structs.CSIControllerReply{}, boom, false},
+		{"an error from a controller gone from the plugin, a lane of one here", plugin, "gone", 1, nil, boom, true},
+		{"an error from a controller gone from the plugin, a lane of several here", plugin, "gone", 4, nil, boom, false},
+		{"an error, the plugin gone, a lane of one here", nil, "wide", 1, nil, boom, true},
+		{"an error, the plugin gone, a lane of several here", nil, "wide", 4, nil, boom, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			must.Eq(t, tc.want, earlierCallsEnded(tc.plugin, tc.node, tc.reply, tc.err))
+			must.Eq(t, tc.want, earlierCallsEnded(tc.plugin, tc.node, tc.limit, tc.reply, tc.err))
 		})
 	}
 }
