@@ -42,7 +42,7 @@ func (e *ClientCSI) controllerAttachVolume(ctx context.Context, args *structs.Cl
 		Secrets:          args.Secrets,
 		VolumeContext:    args.VolumeContext,
 	}
-	key := laneadmit.Call{Volume: args.VolumeID, Node: args.ClientCSINodeID}
+	key := laneadmit.Call{Volume: laneadmit.VolumeKey(args.VolumeID), Node: args.ClientCSINodeID}
 	return e.mgr.controllerCall(ctx, args.PluginID, "ControllerPublishVolume", args.LeaderTerm, key, &reply.CSIControllerReply, func(ctx context.Context, p *csiPluginClient) error {
 		resp, err := p.ControllerPublishVolume(ctx, req)
 		if err != nil {
@@ -64,7 +64,7 @@ func (e *ClientCSI) controllerDetachVolume(ctx context.Context, args *structs.Cl
 		return fmt.Errorf("%w: volume ID is required", structs.ErrCSIInvalidArgument)
 	}
 	req := &csi.ControllerUnpublishVolumeRequest{VolumeId: args.VolumeID, NodeId: args.ClientCSINodeID, Secrets: args.Secrets}
-	key := laneadmit.Call{Volume: args.VolumeID, Node: args.ClientCSINodeID}
+	key := laneadmit.Call{Volume: laneadmit.VolumeKey(args.VolumeID), Node: args.ClientCSINodeID}
 	return e.mgr.controllerCall(ctx, args.PluginID, "ControllerUnpublishVolume", args.LeaderTerm, key, &reply.CSIControllerReply, func(ctx context.Context, p *csiPluginClient) error {
 		_, err := p.ControllerUnpublishVolume(ctx, req)
 		if errors.Is(err, structs.ErrCSINotFound) {
@@ -114,7 +114,7 @@ func (e *ClientCSI) controllerCreateVolume(ctx context.Context, args *structs.Cl
 			req.AccessibilityRequirements.Preferred = append(req.AccessibilityRequirements.Preferred, &csi.Topology{Segments: x.Segments})
 		}
 	}
-	key := laneadmit.Call{Volume: "name:" + args.Name}
+	key := laneadmit.Create(args.Name, args.SnapshotID, args.CloneID)
 	return e.mgr.controllerCall(ctx, args.PluginID, "CreateVolume", args.LeaderTerm, key, &reply.CSIControllerReply, func(ctx context.Context, p *csiPluginClient) error {
 		if args.SnapshotID != "" && args.CapacityMin == 0 {
 			if err := sizeFromSnapshot(ctx, p, args, req); err != nil {
@@ -178,7 +178,7 @@ func (e *ClientCSI) ControllerDeleteVolume(args *structs.ClientCSIControllerDele
 
 func (e *ClientCSI) controllerDeleteVolume(ctx context.Context, args *structs.ClientCSIControllerDeleteVolumeRequest, reply *structs.ClientCSIControllerDeleteVolumeResponse) error {
 	req := &csi.DeleteVolumeRequest{VolumeId: args.ExternalVolumeID, Secrets: args.Secrets}
-	key := laneadmit.Call{Volume: args.ExternalVolumeID}
+	key := laneadmit.Call{Volume: laneadmit.VolumeKey(args.ExternalVolumeID)}
 	return e.mgr.controllerCall(ctx, args.PluginID, "DeleteVolume", args.LeaderTerm, key, &reply.CSIControllerReply, func(ctx context.Context, p *csiPluginClient) error {
 		_, err := p.DeleteVolume(ctx, req)
 		if errors.Is(err, structs.ErrCSINotFound) {
@@ -230,7 +230,7 @@ func (e *ClientCSI) controllerCreateSnapshot(ctx context.Context, args *structs.
 		Parameters:     args.Parameters,
 		Secrets:        args.Secrets,
 	}
-	key := laneadmit.Call{Volume: args.ExternalVolumeID}
+	key := laneadmit.Call{Volume: laneadmit.VolumeKey(args.ExternalVolumeID)}
 	return e.mgr.controllerCall(ctx, args.PluginID, "CreateSnapshot", args.LeaderTerm, key, &reply.CSIControllerReply, func(ctx context.Context, p *csiPluginClient) error {
 		resp, err := p.CreateSnapshot(ctx, req)
 		if err != nil {
@@ -249,7 +249,7 @@ func (e *ClientCSI) ControllerDeleteSnapshot(args *structs.ClientCSIControllerDe
 
 func (e *ClientCSI) controllerDeleteSnapshot(ctx context.Context, args *structs.ClientCSIControllerDeleteSnapshotRequest, reply *structs.ClientCSIControllerDeleteSnapshotResponse) error {
 	req := &csi.DeleteSnapshotRequest{SnapshotId: args.ID, Secrets: args.Secrets}
-	key := laneadmit.Call{Volume: "snapshot:" + args.ID}
+	key := laneadmit.Call{Volume: laneadmit.SnapshotKey(args.ID)}
 	return e.mgr.controllerCall(ctx, args.PluginID, "DeleteSnapshot", args.LeaderTerm, key, &reply.CSIControllerReply, func(ctx context.Context, p *csiPluginClient) error {
 		_, err := p.DeleteSnapshot(ctx, req)
 		if errors.Is(err, structs.ErrCSINotFound) {

@@ -393,7 +393,7 @@ func (s *Server) nodeDetach(ctx context.Context, vol *structs.CSIVolume, claim *
 func (s *Server) controllerPublish(ctx context.Context, vol *structs.CSIVolume, claim *structs.CSIVolumeClaim) (map[string]string, error) {
 	var pc map[string]string
 	var reply structs.CSIControllerReply
-	key := laneadmit.Call{Volume: vol.ID, Node: claim.NodeID}
+	key := laneadmit.Call{Volume: laneadmit.VolumeKey(vol.ExternalID), Node: claim.NodeID}
 	err := s.onController(ctx, vol.PluginID, "publish", key, &reply, func(ctx context.Context, cn *structs.Node) error {
 		req := structs.ClientCSIControllerAttachVolumeRequest{
 			PluginID: vol.PluginID, VolumeID: vol.ExternalID, ClientCSINodeID: claim.ExternalNodeID,
@@ -423,7 +423,7 @@ func (s *Server) controllerUnpublish(ctx context.Context, vol *structs.CSIVolume
 		return nil
 	}
 	var resp structs.ClientCSIControllerDetachVolumeResponse
-	key := laneadmit.Call{Volume: vol.ID, Node: claim.NodeID}
+	key := laneadmit.Call{Volume: laneadmit.VolumeKey(vol.ExternalID), Node: claim.NodeID}
 	return s.onController(ctx, vol.PluginID, "unpublish", key, &resp.CSIControllerReply, func(ctx context.Context, cn *structs.Node) error {
 		req := structs.ClientCSIControllerDetachVolumeRequest{
 			PluginID: vol.PluginID, VolumeID: vol.ExternalID, ClientCSINodeID: claim.ExternalNodeID,

@@ -359,7 +359,7 @@ var errClaimAppeared = errors.New("a claim for the attachment appeared")
 // node (its publish waits behind this call) keeps the attachment.
 func (r *restoreReconcile) unpublish(ctx context.Context, vol *structs.CSIVolume, nodeID, extNode string) error {
 	var resp structs.ClientCSIControllerDetachVolumeResponse
-	key := laneadmit.Call{Volume: vol.ID, Node: nodeID}
+	key := laneadmit.Call{Volume: laneadmit.VolumeKey(vol.ExternalID), Node: nodeID}
 	return r.s.onController(ctx, vol.PluginID, "unpublish", key, &resp.CSIControllerReply, func(ctx context.Context, cn *structs.Node) error {
 		latest, err := r.s.State().CSIVolumeByID(nil, structs.DefaultNamespace, vol.ID)
 		if err != nil {

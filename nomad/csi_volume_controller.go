@@ -166,7 +166,8 @@ func (c *CSIVolume) Create(args *structs.CSIVolumeCreateRequest, reply *structs.
 // returns the volume as registered.
 func (s *Server) createVolume(ctx context.Context, v *structs.CSIVolume, wr structs.WriteRequest) (*structs.CSIVolume, uint64, error) {
 	var created structs.ClientCSIControllerCreateVolumeResponse
-	err := s.onController(ctx, v.PluginID, "create", laneadmit.Call{Volume: v.ID}, &created.CSIControllerReply, func(ctx context.Context, cn *structs.Node) error {
+	key := laneadmit.Create(v.ID, v.SnapshotID, v.CloneID)
+	err := s.onController(ctx, v.PluginID, "create", key, &created.CSIControllerReply, func(ctx context.Context, cn *structs.Node) error {
 		req := structs.ClientCSIControllerCreateVolumeRequest{
 			PluginID: v.PluginID, Name: v.ID, CapacityMin: v.CapacityMin, CapacityMax: v.CapacityMax,
 			Capabilities: v.RequestedCapabilities, MountOptions: v.MountOptions,
@@ -278,7 +279,8 @@ func (s *Server) deleteVolume(ctx context.Context, id string, wr structs.WriteRe
 		return 0, fmt.Errorf("%w: volume %q", structs.ErrNotFound, id)
 	}
 	var resp structs.ClientCSIControllerDeleteVolumeResponse
-	err = s.onController(ctx, v.PluginID, "delete", laneadmit.Call{Volume: id}, &resp.CSIControllerReply, func(ctx context.Context, cn *structs.Node) error {
+	key := laneadmit.Call{Volume: laneadmit.VolumeKey(v.ExternalID)}
+	err = s.onController(ctx, v.PluginID, "delete", key, &resp.CSIControllerReply, func(ctx context.Context, cn *structs.Node) error {
 		cur, err := s.State().CSIVolumeByID(nil, structs.DefaultNamespace, id)
 		if err != nil {
 			return err
@@ -440,7 +442,7 @@ func (c *CSIVolume) CreateSnapshot(args *structs.CSISnapshotCreateRequest, reply
 			secrets = v.Secrets
 		}
 		var resp structs.ClientCSIControllerCreateSnapshotResponse
-		key := laneadmit.Call{Volume: v.ID}
+		key := laneadmit.Call{Volume: laneadmit.VolumeKey(v.ExternalID)}
 		err := srv.onController(ctx, v.PluginID, "snapshot-create", key, &resp.CSIControllerReply, func(ctx context.Context, cn *structs.Node) error {
 			req := structs.ClientCSIControllerCreateSnapshotRequest{
 				PluginID: v.PluginID, ExternalVolumeID: v.ExternalID, Name: name,
@@ -490,7 +492,7 @@ func (c *CSIVolume) DeleteSnapshot(args *structs.CSISnapshotDeleteRequest, reply
 	ctx, cancel := srv.csiProvisionContext()
 	defer cancel()
 	var resp structs.ClientCSIControllerDeleteSnapshotResponse
-	key := laneadmit.Call{Volume: "snapshot:" + args.SnapshotID}
+	key := laneadmit.Call{Volume: laneadmit.SnapshotKey(args.SnapshotID)}
 	err := srv.onController(ctx, args.PluginID, "snapshot-delete", key, &resp.CSIControllerReply, func(ctx context.Context, cn *structs.Node) error {
 		req := structs.ClientCSIControllerDeleteSnapshotRequest{
 			PluginID: args.PluginID, ID: args.SnapshotID, Secrets: args.Secrets,

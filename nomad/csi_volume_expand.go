@@ -121,7 +121,8 @@ func (c *CSIVolume) Expand(args *structs.CSIVolumeExpandRequest, reply *structs.
 func (s *Server) expandVolume(ctx context.Context, id string, min, max int64, wr structs.WriteRequest) (*structs.CSIVolume, uint64, error) {
 	var resp structs.ClientCSIControllerExpandVolumeResponse
 	var vol *structs.CSIVolume
-	err := s.onController(ctx, s.volumePluginID(id), "expand", laneadmit.Call{Volume: id}, &resp.CSIControllerReply, func(ctx context.Context, cn *structs.Node) error {
+	pluginID, key := s.volumeLaneKey(id)
+	err := s.onController(ctx, pluginID, "expand", key, &resp.CSIControllerReply, func(ctx context.Context, cn *structs.Node) error {
 		// Read again inside the lane: what runs before in the lane (a
 		// delete) may have changed the volume.
 		cur, err := s.State().CSIVolumeByID(nil, structs.DefaultNamespace, id)
@@ -178,14 +179,15 @@ func (s *Server) expandVolume(ctx context.Context, id string, min, max int64, wr
 	return latest, index, nil
 }
 
-// volumePluginID is the plugin of volume id, "" when it is not registered
-// (the lane's call then finds it gone).
-func (s *Server) volumePluginID(id string) string {
+// volumeLaneKey is the plugin of volume id and the lane key of a call on
+// it; "" and no key when it is not registered (the lane's call then finds
+// it gone).
+func (s *Server) volumeLaneKey(id string) (pluginID string, key laneadmit.Call) {
 	v, err := s.State().CSIVolumeByID(nil, structs.DefaultNamespace, id)
 	if err != nil || v == nil {
-		return ""
+		return "", laneadmit.Call{}
 	}
-	return v.PluginID
+	return v.PluginID, laneadmit.Call{Volume: laneadmit.VolumeKey(v.ExternalID)}
 }
 
 // nodeExpandClaims asks the client of every taken claim on vol to grow

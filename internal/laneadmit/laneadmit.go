@@ -22,9 +22,39 @@ package laneadmit
 type Call struct {
 	// Volume is the volume the call acts on; empty for none.
 	Volume string
+	// Source is a second volume key the call holds: the snapshot or volume
+	// a create copies from; empty for none.
+	Source string
 	// Node is the target node of a publish or unpublish; empty for every
 	// other call.
 	Node string
+}
+
+// Keys a caller builds, so that both lanes name one thing alike and a
+// provider's volume ID, a new volume's name and a snapshot ID never meet
+// by chance.
+
+// VolumeKey is the key of the volume with external (provider) ID id.
+func VolumeKey(id string) string { return "vol:" + id }
+
+// NameKey is the key of a volume being created under name.
+func NameKey(name string) string { return "name:" + name }
+
+// SnapshotKey is the key of the snapshot with provider ID id.
+func SnapshotKey(id string) string { return "snap:" + id }
+
+// Create is the call that creates a volume under name, from the snapshot
+// snapshotID or as a clone of the volume cloneID (at most one set): it
+// holds the new name and its source.
+func Create(name, snapshotID, cloneID string) Call {
+	c := Call{Volume: NameKey(name)}
+	switch {
+	case snapshotID != "":
+		c.Source = SnapshotKey(snapshotID)
+	case cloneID != "":
+		c.Source = VolumeKey(cloneID)
+	}
+	return c
 }
 
 // MinLimit and MaxLimit bound a plugin's controller_concurrency.
@@ -78,6 +108,9 @@ func (k keys) take(c Call) {
 	if c.Volume != "" {
 		k.volumes[c.Volume] = struct{}{}
 	}
+	if c.Source != "" {
+		k.volumes[c.Source] = struct{}{}
+	}
 	if c.Node != "" {
 		k.nodes[c.Node] = struct{}{}
 	}
@@ -85,6 +118,9 @@ func (k keys) take(c Call) {
 
 func (k keys) holds(c Call) bool {
 	if _, ok := k.volumes[c.Volume]; ok && c.Volume != "" {
+		return true
+	}
+	if _, ok := k.volumes[c.Source]; ok && c.Source != "" {
 		return true
 	}
 	_, ok := k.nodes[c.Node]

@@ -50,6 +50,11 @@ func TestAdmit(t *testing.T) {
 			calls(vol("a"), vol("b")), calls(vol("a"), vol("c"), vol("d")), 3, []int{1}},
 
 		{"calls with no keys never conflict", nil, calls(Call{}, Call{}, Call{}), 2, []int{0, 1}},
+
+		// A create holds its source as well as its own name.
+		{"a create from a volume waits for a call on it", calls(vol("a")), calls(Call{Volume: "new", Source: "a"}), 4, nil},
+		{"a call on a volume waits for a create from it", calls(Call{Volume: "new", Source: "a"}), calls(vol("a"), vol("b")), 4, []int{1}},
+		{"two creates from one source: only the first", nil, calls(Call{Volume: "n1", Source: "s"}, Call{Volume: "n2", Source: "s"}), 4, []int{0}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -83,6 +88,9 @@ func TestAdmit_Property(t *testing.T) {
 			var c Call
 			if r.IntN(8) > 0 {
 				c.Volume = fmt.Sprintf("v%d", r.IntN(nVols))
+			}
+			if r.IntN(6) == 0 {
+				c.Source = fmt.Sprintf("v%d", r.IntN(nVols))
 			}
 			if r.IntN(2) == 0 {
 				c.Node = fmt.Sprintf("n%d", r.IntN(nNodes))
@@ -145,9 +153,12 @@ func TestAdmit_Property(t *testing.T) {
 			must.LessEq(t, limit, len(running), must.Sprintf("seed %d step %d: %d running, limit %d", seed, step, len(running), limit))
 			vols, nodes := map[string]bool{}, map[string]bool{}
 			for _, c := range running {
-				if c.Volume != "" {
-					must.False(t, vols[c.Volume], must.Sprintf("seed %d step %d: two calls on volume %s", seed, step, c.Volume))
-					vols[c.Volume] = true
+				own := map[string]bool{c.Volume: c.Volume != "", c.Source: c.Source != ""}
+				for v, held := range own {
+					if held {
+						must.False(t, vols[v], must.Sprintf("seed %d step %d: two calls on volume %s", seed, step, v))
+						vols[v] = true
+					}
 				}
 				if c.Node != "" {
 					must.False(t, nodes[c.Node], must.Sprintf("seed %d step %d: two calls for node %s", seed, step, c.Node))
@@ -165,9 +176,24 @@ func TestAdmit_Property(t *testing.T) {
 
 func conflicts(c Call, others []Call) bool {
 	for _, o := range others {
-		if (c.Volume != "" && c.Volume == o.Volume) || (c.Node != "" && c.Node == o.Node) {
+		for _, v := range []string{c.Volume, c.Source} {
+			if v != "" && (v == o.Volume || v == o.Source) {
+				return true
+			}
+		}
+		if c.Node != "" && c.Node == o.Node {
 			return true
 		}
 	}
 	return false
+}
+
+func TestCreate(t *testing.T) {
+	must.Eq(t, Call{Volume: "name:db"}, Create("db", "", ""))
+	must.Eq(t, Call{Volume: "name:db", Source: "snap:s1"}, Create("db", "s1", ""))
+	must.Eq(t, Call{Volume: "name:db", Source: "vol:ext-1"}, Create("db", "", "ext-1"))
+	// A create from a snapshot waits for that snapshot's delete, and a
+	// clone for a call on its source volume.
+	must.Eq(t, []int(nil), Admit([]Call{{Volume: SnapshotKey("s1")}}, []Call{Create("db", "s1", "")}, 4))
+	must.Eq(t, []int(nil), Admit([]Call{{Volume: VolumeKey("ext-1")}}, []Call{Create("db", "", "ext-1")}, 4))
 }
