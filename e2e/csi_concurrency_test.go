@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/url"
 	"sort"
+	"syscall"
 	"testing"
 	"time"
 
@@ -22,11 +23,13 @@ import (
 // wide plugin's job must hold every claim in under half the time the
 // default's took; neither provider may see two calls on one volume or two
 // publish/unpublish calls for one node at once; the default plugin sees no
-// overlap of any kind, as before.
+// overlap of any kind, as before. Then the wide job stops, and the leader
+// is killed with -9 while its unpublishes are in flight: every claim is
+// still released, and still no two calls meet on a volume or a node.
 func TestCSI_ControllerConcurrency(t *testing.T) {
 	const wide = "hostpath-wide"
 	cc := startCSICluster(t, csiOpts{
-		Servers: 1, Clients: 4, ExternalPlugins: true,
+		Servers: 3, Clients: 4, ExternalPlugins: true,
 		PublishLatency: 2 * time.Second, MaxVolumesPerNode: 2,
 		ExtraPluginIDs:        []string{wide},
 		ControllerConcurrency: map[string]int{wide: 4},
@@ -53,6 +56,34 @@ func TestCSI_ControllerConcurrency(t *testing.T) {
 	ratio := concurrent.Seconds() / serial.Seconds()
 	t.Logf("8 claims held: default %s, controller_concurrency = 4 %s (ratio %.2f)", serial.Round(time.Millisecond), concurrent.Round(time.Millisecond), ratio)
 	must.Less(t, 0.5, ratio, must.Sprintf("controller_concurrency = 4 took %s against %s at the default", concurrent, serial))
+
+	// The leader killed with the wide plugin's unpublishes in flight.
+	cc.MustCLI("job", "stop", "-detach", "wide")
+	WaitFor(t, csiSettle, func() error {
+		calls, err := providerInFlight(cc.Extra[wide].StateDir)
+		if err != nil {
+			return err
+		}
+		n := 0
+		for _, c := range calls {
+			if c.Method == "ControllerUnpublishVolume" {
+				n++
+			}
+		}
+		if n < 2 {
+			return fmt.Errorf("%d unpublishes in flight at the wide provider, want 2 or more", n)
+		}
+		return nil
+	})
+	leader := cc.Leader()
+	cc.KillServer(leader, syscall.SIGKILL)
+	killedAt := time.Now()
+	cc.RestartServer(leader)
+	for i := range 8 {
+		cc.waitUnclaimed(t, fmt.Sprintf("wa[%d]", i))
+	}
+	t.Logf("leader %s killed with unpublishes in flight; every claim released %s later",
+		cc.Servers[leader].Name, time.Since(killedAt).Round(time.Millisecond))
 
 	// The providers' own record of every call.
 	def := callOverlaps(t, cc.StateDir, cc.Plugins)
