@@ -9,6 +9,7 @@ import (
 	"github.com/shoenig/test/must"
 
 	"github.com/roamhq/roam/internal/laneadmit"
+	"github.com/roamhq/roam/plugins/csi/hostpath"
 )
 
 // runLane starts a lane with a fixed limit, stopped at the test's end.
@@ -187,31 +188,57 @@ func TestCSIManager_LaneLimitWaitsForEveryServer(t *testing.T) {
 	}
 }
 
-// A lane whose limit rises admits what waits at once, not at the next
-// call.
-func TestCSILane_RaisedLimitAdmitsWaitingCalls(t *testing.T) {
-	limit := make(chan int, 1)
-	limit <- 1
-	cur := 1
-	l := newCSILane(hclog.NewNullLogger(), func() int {
-		select {
-		case cur = <-limit:
-		default:
-		}
-		return cur
-	})
-	ctx, cancel := context.WithCancel(context.Background())
-	go l.run(ctx)
-	t.Cleanup(func() { cancel(); <-l.stopped })
+// A plugin with controller_concurrency 2 runs one call at a time until a
+// heartbeat answer says every server has upgrade.ControllerConcurrency;
+// then the call waiting starts at once, without another call to wake the
+// lane.
+func TestCSIManager_GateOpeningAdmitsWaitingCalls(t *testing.T) {
+	p := testHostpath(t, hostpath.ModeMonolith, "node-w", t.TempDir(), nil)
+	m := testCSIManager(t, nil)
+	must.NoError(t, m.AddPlugin(&CSIPluginConfig{ID: "hp", Type: CSIPluginTypeMonolith, Socket: p.Endpoint(), ControllerConcurrency: 2}))
+	m.SetMinServerVersion("0.2.0")
 
-	a := sendLaneCall(t, t.Context(), l, laneadmit.Call{Volume: "a"})
-	a.mustStart(t, "a")
-	b := sendLaneCall(t, t.Context(), l, laneadmit.Call{Volume: "b"})
-	waitQueued(t, l, 1)
-	must.True(t, b.waiting())
-	limit <- 2
-	l.poke()
-	b.mustStart(t, "b once the limit rose")
-	b.finish(t)
-	a.finish(t)
+	// ListVolumes: a call the lane runs without a term at any version.
+	call := func(vol string, started chan<- struct{}, release <-chan struct{}) chan error {
+		done := make(chan error, 1)
+		go func() {
+			done <- m.controllerCall(context.Background(), "hp", "ListVolumes", 0, laneadmit.Call{Volume: vol}, nil,
+				func(context.Context, *csiPluginClient) error {
+					close(started)
+					<-release
+					return nil
+				})
+		}()
+		return done
+	}
+	aStarted, bStarted := make(chan struct{}), make(chan struct{})
+	release := make(chan struct{})
+	t.Cleanup(func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+	})
+	aDone := call("a", aStarted, release)
+	<-aStarted
+	bDone := call("b", bStarted, release)
+	mp, err := m.controllerPlugin("hp")
+	must.NoError(t, err)
+	waitQueued(t, mp.lane, 1)
+	select {
+	case <-bStarted:
+		t.Fatal("a second call ran before every server could take it")
+	default:
+	}
+
+	m.SetMinServerVersion("0.3.0")
+	select {
+	case <-bStarted:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the call waiting did not start once the gate opened")
+	}
+	close(release)
+	must.NoError(t, <-aDone)
+	must.NoError(t, <-bDone)
 }
