@@ -332,6 +332,9 @@ func TestConfig_Validate(t *testing.T) {
 		{"plugin controller_concurrency negative", func(c *Config) {
 			c.CSIPlugins = map[string]*CSIPluginConfig{"ebs": {ID: "ebs", Type: CSIPluginTypeController, Socket: "/run/p.sock", ControllerConcurrency: -1}}
 		}, `controller_concurrency = -1`},
+		{"plugin controller_concurrency on a node plugin", func(c *Config) {
+			c.CSIPlugins = map[string]*CSIPluginConfig{"ebs": {ID: "ebs", Type: CSIPluginTypeNode, Socket: "/run/p.sock", ControllerConcurrency: 2}}
+		}, `controller_concurrency is for a controller or monolith plugin, not type "node"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := valid()

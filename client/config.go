@@ -138,6 +138,8 @@ func (p *CSIPluginConfig) Validate() error {
 	case p.ControllerConcurrency != 0 && !laneadmit.Valid(p.ControllerConcurrency):
 		return fmt.Errorf("csi plugin %q: controller_concurrency = %d must be from %d to %d",
 			p.ID, p.ControllerConcurrency, laneadmit.MinLimit, laneadmit.MaxLimit)
+	case p.ControllerConcurrency != 0 && !p.hasController():
+		return fmt.Errorf("csi plugin %q: controller_concurrency is for a controller or monolith plugin, not type %q", p.ID, p.Type)
 	}
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"sort"
 
 	memdb "github.com/hashicorp/go-memdb"
+	"github.com/roamhq/roam/internal/laneadmit"
 	"github.com/roamhq/roam/structs"
 )
 
@@ -117,7 +118,8 @@ func controllerConcurrency(controllers map[string]*structs.CSIInfo) (int, string
 		if !info.Healthy {
 			continue
 		}
-		n := max(1, info.ControllerConcurrency)
+		// A client's report is bounded as its config is.
+		n := min(max(1, info.ControllerConcurrency), laneadmit.MaxLimit)
 		// Node IDs break ties, so the warning does not change with map order.
 		if least == 0 || n < least || (n == least && nodeID < leastNode) {
 			least, leastNode = n, nodeID

@@ -262,6 +262,7 @@ func TestControllerConcurrency(t *testing.T) {
 		{"an unhealthy one does not count", map[string]*structs.CSIInfo{"a": healthy(4), "b": sick(1)}, 4, ""},
 		{"the smallest wins, with a warning", map[string]*structs.CSIInfo{"a": healthy(16), "b": healthy(2), "c": healthy(16)}, 2,
 			"controllers disagree on controller_concurrency: 2 on node b, 16 on node a; using 2"},
+		{"a report above the bound is the bound", map[string]*structs.CSIInfo{"a": healthy(1000)}, 64, ""},
 		{"an older client holds a mixed plugin to 1", map[string]*structs.CSIInfo{"a": healthy(0), "b": healthy(8)}, 1,
 			"controllers disagree on controller_concurrency: 1 on node a, 8 on node b; using 1"},
 	}

@@ -455,6 +455,8 @@ func (tg *TaskGroup) validate(jobType string, p *Problems) {
 			}
 			if n := pc.ControllerConcurrency; n != 0 && !laneadmit.Valid(n) {
 				add("task %q: csi_plugin: controller_concurrency %d must be from %d to %d", t.Name, n, laneadmit.MinLimit, laneadmit.MaxLimit)
+			} else if n != 0 && pc.Type == CSIPluginTypeNode {
+				add("task %q: csi_plugin: controller_concurrency is for a controller or monolith plugin, not type %q", t.Name, pc.Type)
 			}
 		}
 	}

@@ -225,6 +225,13 @@ func TestJob_Validate(t *testing.T) {
 			},
 			want: []string{`csi_plugin: controller_concurrency -1 must be from 1 to 64`},
 		},
+		{
+			name: "csi plugin controller_concurrency on a node plugin",
+			edit: func(j *Job) {
+				j.TaskGroups[0].Tasks[0].CSIPluginConfig = &TaskCSIPluginConfig{ID: "hostpath", Type: CSIPluginTypeNode, ControllerConcurrency: 4}
+			},
+			want: []string{`controller_concurrency is for a controller or monolith plugin, not type "node"`},
+		},
 		{name: "volume type host", edit: func(j *Job) { j.TaskGroups[0].Volumes["data"].Type = "host" }, want: []string{`volume "data": type "host" is not supported`}},
 		{name: "volume without source", edit: func(j *Job) { j.TaskGroups[0].Volumes["data"].Source = "" }, want: []string{`volume "data": source is required`}},
 		{name: "ID with NUL", edit: func(j *Job) { j.ID = "a\x00b" }, want: []string{`job ID "a\x00b" holds a NUL`}},
