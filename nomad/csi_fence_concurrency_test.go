@@ -3,10 +3,8 @@ package nomad
 import (
 	"context"
 	"testing"
-	"time"
 
 	"github.com/shoenig/test/must"
-	"github.com/shoenig/test/wait"
 
 	"github.com/roamhq/roam/internal/laneadmit"
 	"github.com/roamhq/roam/structs"
@@ -123,17 +121,7 @@ func TestControllerFence_ConcurrentCallsRecordTheirNodeForTheNextLeader(t *testi
 		})
 	must.ErrorIs(t, err, structs.ErrClaimInProgress)
 
-	must.NoError(t, old.raft.LeadershipTransfer().Error())
-	var leader *Server
-	must.Wait(t, wait.InitialSuccess(wait.BoolFunc(func() bool {
-		for _, s := range servers {
-			if s != old && s.IsLeader() && s.lanes.Load() != nil {
-				leader = s
-				return true
-			}
-		}
-		return false
-	}), wait.Timeout(10*time.Second), wait.Gap(10*time.Millisecond)))
+	leader := transferLeadership(t, servers, old)
 	var called []string
 	must.NoError(t, leader.onController(context.Background(), testPlugin, "unpublish", laneadmit.Call{Volume: "v1", Node: "x"}, &structs.CSIControllerReply{},
 		func(ctx context.Context, n *structs.Node) error {

@@ -109,17 +109,7 @@ func leaderAfterCallOnNodeB(t *testing.T) *Server {
 	})
 	<-started
 
-	must.NoError(t, old.raft.LeadershipTransfer().Error())
-	var leader *Server
-	must.Wait(t, wait.InitialSuccess(wait.BoolFunc(func() bool {
-		for _, s := range servers {
-			if s != old && s.IsLeader() && s.lanes.Load() != nil {
-				leader = s
-				return true
-			}
-		}
-		return false
-	}), wait.Timeout(10*time.Second), wait.Gap(10*time.Millisecond)))
+	leader := transferLeadership(t, servers, old)
 	rec, err := leader.State().CSIControllerFence(nil, testPlugin)
 	must.NoError(t, err)
 	must.NotNil(t, rec)
@@ -153,4 +143,22 @@ func TestRecordedFenceCandidates(t *testing.T) {
 	got, err = recordedFenceCandidates(testPlugin, slices.Values([]*structs.Node{a}), rec, nil)
 	must.NoError(t, err)
 	must.Eq(t, []string{"a"}, nodeIDs(slices.Collect(got)))
+}
+
+// transferLeadership moves leadership off old and returns the server that
+// takes it, once its lanes are open.
+func transferLeadership(t *testing.T, servers []*Server, old *Server) *Server {
+	t.Helper()
+	must.NoError(t, old.raft.LeadershipTransfer().Error())
+	var leader *Server
+	must.Wait(t, wait.InitialSuccess(wait.BoolFunc(func() bool {
+		for _, s := range servers {
+			if s != old && s.IsLeader() && s.lanes.Load() != nil {
+				leader = s
+				return true
+			}
+		}
+		return false
+	}), wait.Timeout(10*time.Second), wait.Gap(10*time.Millisecond)))
+	return leader
 }
