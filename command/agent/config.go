@@ -37,14 +37,17 @@ type Config struct {
 	// InsecureBind lets an agent without TLS bind a non-loopback address:
 	// its RPC and HTTP ports then take anyone on the network at their
 	// word (see docs/trust.md). Without it such an agent refuses to start.
-	InsecureBind bool          `hcl:"insecure_bind,optional"`
-	Ports        *Ports        `hcl:"ports,block"`
-	Advertise    *Advertise    `hcl:"advertise,block"`
-	Server       *ServerConfig `hcl:"server,block"`
-	Client       *ClientConfig `hcl:"client,block"`
-	Limits       *Limits       `hcl:"limits,block"`
-	TLS          *TLSConfig    `hcl:"tls,block"`
-	ACL          *ACLConfig    `hcl:"acl,block"`
+	InsecureBind bool `hcl:"insecure_bind,optional"`
+	// EnableDebug serves Go's profiles at /debug/pprof/ on the HTTP port
+	// (Nomad's option); with ACLs on, only to a token with agent:write.
+	EnableDebug bool          `hcl:"enable_debug,optional"`
+	Ports       *Ports        `hcl:"ports,block"`
+	Advertise   *Advertise    `hcl:"advertise,block"`
+	Server      *ServerConfig `hcl:"server,block"`
+	Client      *ClientConfig `hcl:"client,block"`
+	Limits      *Limits       `hcl:"limits,block"`
+	TLS         *TLSConfig    `hcl:"tls,block"`
+	ACL         *ACLConfig    `hcl:"acl,block"`
 	// Plugins configure task drivers: plugin "raw_exec" { config { ... } }.
 	Plugins []*PluginConfig `hcl:"plugin,block"`
 
@@ -436,6 +439,7 @@ func (c *Config) Merge(o *Config) *Config {
 	}
 	r.LeaveOnTerminate = r.LeaveOnTerminate || o.LeaveOnTerminate
 	r.InsecureBind = r.InsecureBind || o.InsecureBind
+	r.EnableDebug = r.EnableDebug || o.EnableDebug
 	r.Plugins = append(append([]*PluginConfig(nil), r.Plugins...), o.Plugins...)
 	if o.ACL != nil {
 		a := ACLConfig{}

@@ -101,6 +101,7 @@ func NewHTTPServer(a *Agent, ln net.Listener, logger hclog.Logger) *HTTPServer {
 	s.addCSIRoutes()
 	s.addCSICreateRoutes()
 	s.addACLRoutes()
+	s.routes[debugPathPrefix] = map[string]handlerFunc{http.MethodGet: s.debugPprof, http.MethodPost: s.debugPprof}
 	s.srv = &http.Server{
 		Handler:           s,
 		ReadHeaderTimeout: 10 * time.Second,
@@ -246,6 +247,9 @@ func subRoute(prefix, sub string) string { return prefix + "*/" + sub }
 // match returns the route key and handlers for the (escaped) path, or
 // nil handlers when there is no such route.
 func (s *HTTPServer) match(path string) (string, map[string]handlerFunc) {
+	if strings.HasPrefix(path, debugPathPrefix) {
+		return debugPathPrefix, s.routes[debugPathPrefix]
+	}
 	for _, prefix := range idPrefixes {
 		rest, ok := strings.CutPrefix(path, prefix)
 		if !ok {

@@ -21,7 +21,18 @@ import (
 // HTTP, returning the management secret.
 func newACLAgent(t *testing.T) (*Agent, string) {
 	t.Helper()
-	a := newTestAgent(t, func(c *Config) { c.ACL = &ACLConfig{Enabled: true} })
+	return newACLAgentWith(t, nil)
+}
+
+// newACLAgentWith is newACLAgent with more config.
+func newACLAgentWith(t *testing.T, fn func(*Config)) (*Agent, string) {
+	t.Helper()
+	a := newTestAgent(t, func(c *Config) {
+		c.ACL = &ACLConfig{Enabled: true}
+		if fn != nil {
+			fn(c)
+		}
+	})
 	waitForLeader(t, a)
 	code, body := aclDo(t, a, http.MethodPut, "/v1/acl/bootstrap", "", nil)
 	must.Eq(t, http.StatusOK, code, must.Sprint(body))
@@ -91,6 +102,8 @@ var (
 		"GET /v1/status/peers":  openRoute,
 		"GET /v1/metrics":       openRoute,
 		"GET /v1/agent/self":    {grant: `agent { policy = "read" }`, near: `node { policy = "write" }`},
+		"GET /debug/pprof/":     {grant: `agent { policy = "write" }`, near: `agent { policy = "read" }`},
+		"POST /debug/pprof/":    {grant: `agent { policy = "write" }`, near: `agent { policy = "read" }`},
 		"GET /v1/agent/members": nodeRead,
 
 		"GET /v1/nodes":                              nodeRead,
