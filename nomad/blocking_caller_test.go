@@ -44,6 +44,7 @@ func TestBlocking_EndsWhenInProcessCallerGoes(t *testing.T) {
 
 func TestBlocking_EndsWhenConnectionCloses(t *testing.T) {
 	t.Parallel()
+	countBlockedQueriesAlone(t)
 	srv := testServer(t, func(c *Config) {
 		withLongHeartbeats(c)
 		c.RPCMaxConnsPerClient = 0
@@ -82,6 +83,7 @@ func TestBlocking_EndsWhenConnectionCloses(t *testing.T) {
 
 func TestBlocking_ForwardingEndsWithCaller(t *testing.T) {
 	t.Parallel()
+	countBlockedQueriesAlone(t)
 	// Steady Raft timers: a leader that loses its lease under load fails
 	// the forwarded queries, which is not what this test is about.
 	servers := testMemClusterWith(t, 3, func(c *Config) { withLongHeartbeats(c); withSteadyRaft(c) }).servers

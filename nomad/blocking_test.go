@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -16,6 +17,19 @@ import (
 	"github.com/roamhq/roam/state"
 	"github.com/roamhq/roam/structs"
 )
+
+// countingBlockedQueries is held by a parallel test that counts blocked
+// queries: the count is the whole process's, and two such tests at once
+// each saw the other's (400 blocked queries, want 300).
+var countingBlockedQueries sync.Mutex
+
+// countBlockedQueriesAlone makes t the only parallel test counting
+// blocked queries until it ends.
+func countBlockedQueriesAlone(t *testing.T) {
+	t.Helper()
+	countingBlockedQueries.Lock()
+	t.Cleanup(countingBlockedQueries.Unlock)
+}
 
 // blockedQueries counts goroutines parked in a blocking query, waiting on
 // its watch set.

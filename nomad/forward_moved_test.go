@@ -20,6 +20,7 @@ import (
 // their allocations were stopped.
 func TestForward_QueryFollowsTheLeaderWhenItMoves(t *testing.T) {
 	t.Parallel()
+	countBlockedQueriesAlone(t)
 	c := testMemClusterWith(t, 3, withLongHeartbeats)
 	leader := waitForLeaderDuties(t, c.servers...)
 	follower := followers(c.servers)[0]
