@@ -39,14 +39,11 @@ func (s *Server) runDrainer(ctx context.Context) {
 func (s *Server) drainPass(ws memdb.WatchSet) error {
 	store := s.State()
 	ws.Add(store.AbandonCh())
-	nodes, err := store.Nodes(ws)
+	nodes, err := store.DrainingNodes(ws)
 	if err != nil {
 		return err
 	}
 	for _, n := range nodes {
-		if n.DrainStrategy == nil {
-			continue
-		}
 		if err := s.drainNode(ws, n); err != nil {
 			s.logger.Error("drain failed", "node_id", n.ID, "error", err)
 		}

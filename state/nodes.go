@@ -178,6 +178,19 @@ func (s *StateStore) Nodes(ws memdb.WatchSet) ([]*structs.Node, error) {
 	return s.NodesByIDPrefix(ws, "")
 }
 
+// DrainingNodes returns the nodes with a drain strategy, by ID, without
+// reading the others; ws fires when a node starts or stops draining or a
+// draining node changes.
+func (s *StateStore) DrainingNodes(ws memdb.WatchSet) ([]*structs.Node, error) {
+	txn := s.db.Txn(false)
+	iter, err := txn.Get(TableNodes, "draining", true)
+	if err != nil {
+		return nil, fmt.Errorf("state: draining nodes: %w", err)
+	}
+	ws.Add(iter.WatchCh())
+	return collectNodes(iter), nil
+}
+
 func collectNodes(iter memdb.ResultIterator) []*structs.Node {
 	var out []*structs.Node
 	for raw := iter.Next(); raw != nil; raw = iter.Next() {

@@ -84,6 +84,19 @@ func nodeTableSchema() *memdb.TableSchema {
 				AllowMissing: true,
 				Indexer:      readyControllerIndex{},
 			},
+			// The draining nodes: the leader's drainer reads them on
+			// every pass, once a second, and must not walk every node to
+			// find the few.
+			"draining": {
+				Name: "draining",
+				Indexer: &memdb.ConditionalIndex{Conditional: func(raw any) (bool, error) {
+					n, ok := raw.(*structs.Node)
+					if !ok {
+						return false, fmt.Errorf("state: draining index: %T is not a node", raw)
+					}
+					return n.DrainStrategy != nil, nil
+				}},
+			},
 		},
 	}
 }

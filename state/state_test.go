@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sort"
 	"testing"
+	"time"
 
 	memdb "github.com/hashicorp/go-memdb"
 	"github.com/shoenig/test/must"
@@ -563,4 +564,56 @@ func TestStateStore_Restore(t *testing.T) {
 		must.SliceEmpty(t, got)
 		must.Eq(t, uint64(0), nodesIndex(t, dst))
 	})
+}
+
+// The drainer reads the draining nodes alone, and is woken when a node
+// starts or stops draining, not when another node changes.
+func TestStateStore_DrainingNodes(t *testing.T) {
+	s := testStore(t)
+	for i, id := range []string{"a", "b", "c"} {
+		must.NoError(t, s.UpsertNode(uint64(i+1), mockNode(id)))
+	}
+	drain := func(index uint64, id string, on bool) {
+		t.Helper()
+		var strategy *structs.DrainStrategy
+		if on {
+			strategy = &structs.DrainStrategy{}
+		}
+		must.NoError(t, s.UpdateNodeDrain(index, id, strategy, false, !on, 0, nil))
+	}
+	drain(4, "b", true)
+
+	ws := memdb.NewWatchSet()
+	nodes, err := s.DrainingNodes(ws)
+	must.NoError(t, err)
+	must.Eq(t, []string{"b"}, nodeIDsOf(nodes))
+
+	// Another node's change does not wake the drainer.
+	c := mockNode("c")
+	c.Name = "renamed"
+	must.NoError(t, s.UpsertNode(5, c))
+	must.True(t, ws.Watch(time.After(50*time.Millisecond)), must.Sprint("a change to a node that does not drain woke the drainer"))
+
+	// A node that starts draining does.
+	drain(6, "a", true)
+	must.False(t, ws.Watch(time.After(10*time.Second)), must.Sprint("a node that started draining did not wake the drainer"))
+	ws = memdb.NewWatchSet()
+	nodes, err = s.DrainingNodes(ws)
+	must.NoError(t, err)
+	must.Eq(t, []string{"a", "b"}, nodeIDsOf(nodes))
+
+	// And one that stops.
+	drain(7, "b", false)
+	must.False(t, ws.Watch(time.After(10*time.Second)), must.Sprint("a node that stopped draining did not wake the drainer"))
+	nodes, err = s.DrainingNodes(nil)
+	must.NoError(t, err)
+	must.Eq(t, []string{"a"}, nodeIDsOf(nodes))
+}
+
+func nodeIDsOf(nodes []*structs.Node) []string {
+	ids := make([]string, len(nodes))
+	for i, n := range nodes {
+		ids[i] = n.ID
+	}
+	return ids
 }
