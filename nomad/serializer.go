@@ -156,12 +156,6 @@ func (l *controllerLanes) firstWarning(pluginID, warning string) bool {
 	return true
 }
 
-// Do runs fn in pluginID's lane alone: as Call with no key and a limit of
-// one.
-func (l *controllerLanes) Do(ctx context.Context, pluginID string, op string, fn func(ctx context.Context) error) error {
-	return l.Call(ctx, laneRequest{PluginID: pluginID, Op: op, Limit: 1}, fn)
-}
-
 // Call waits for a place in req's plugin lane, runs fn there and returns
 // fn's error.
 //

@@ -16,6 +16,13 @@ import (
 	"github.com/roamhq/roam/structs"
 )
 
+// Do runs fn in pluginID's lane alone: Call with no key and a limit of
+// one, the lane every plugin had before controller_concurrency. Only the
+// tests call it; the server sends every call through onController.
+func (l *controllerLanes) Do(ctx context.Context, pluginID string, op string, fn func(ctx context.Context) error) error {
+	return l.Call(ctx, laneRequest{PluginID: pluginID, Op: op, Limit: 1}, fn)
+}
+
 // testLanes returns lanes whose calls have a deadline far beyond any test,
 // so only the test that asks for a short one ever meets it.
 func testLanes(t *testing.T, parent context.Context) *controllerLanes {
