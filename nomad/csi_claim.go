@@ -252,11 +252,14 @@ func (s *Server) walkClaim(ctx context.Context, w claimWalk) (*structs.CSIVolume
 		last       csiclaim.Outcome
 		lastErr    error
 		publishCtx map[string]string
+		// wrote says this walk has checkpointed the claim, to state left.
+		wrote bool
+		left  structs.CSIClaimState
 	)
 	for range maxClaimSteps {
 		in, vol, err := s.claimInput(w)
 		if err != nil {
-			return nil, err
+			return nil, partWay(wrote, left, err)
 		}
 		in.Last = last
 		step := csiclaim.Next(in)
@@ -266,14 +269,19 @@ func (s *Server) walkClaim(ctx context.Context, w claimWalk) (*structs.CSIVolume
 		case csiclaim.ActionDone:
 			return in.Claim, nil
 		case csiclaim.ActionWait:
-			return in.Claim, fmt.Errorf("%w: volume %s: %s", step.Err, w.volID, step.Reason)
+			return in.Claim, partWay(wrote, left, fmt.Errorf("%w: volume %s: %s", step.Err, w.volID, step.Reason))
 		case csiclaim.ActionFail:
-			return in.Claim, claimStepError(w, step, lastErr)
+			return in.Claim, partWay(wrote, left, claimStepError(w, step, lastErr))
 		case csiclaim.ActionRollback:
 			// The node never got the volume: release as if it had let go.
+			// Rolled back whole, the walk changed nothing in the end.
 			if err := s.releaseClaim(ctx, w.volID, w.allocID, true); err != nil {
 				s.logger.Warn("rollback of a refused publish stopped part way; the volume watcher will finish it",
 					"volume_id", w.volID, "alloc_id", w.allocID, "error", err)
+				if wrote || errors.Is(err, structs.ErrOutcomeUnknown) {
+					return nil, fmt.Errorf("%w: the rollback stopped part way (%w), the volume watcher finishes it: %w",
+						structs.ErrOutcomeUnknown, err, claimStepError(w, step, lastErr))
+				}
 			}
 			return nil, claimStepError(w, step, lastErr)
 		case csiclaim.ActionCheckpoint:
@@ -287,8 +295,9 @@ func (s *Server) walkClaim(ctx context.Context, w claimWalk) (*structs.CSIVolume
 				next.PublishContext = publishCtx
 			}
 			if err := s.checkpointClaim(w.volID, &next); err != nil {
-				return in.Claim, err
+				return in.Claim, partWay(wrote, left, err)
 			}
+			wrote, left = true, next.State
 			last, lastErr = csiclaim.Outcome{}, nil
 		case csiclaim.ActionCall:
 			err := s.claimCall(ctx, step.Call, vol, in.Claim, &publishCtx)
@@ -303,6 +312,25 @@ func (s *Server) walkClaim(ctx context.Context, w claimWalk) (*structs.CSIVolume
 	s.logger.Error("claim walk did not settle; the core is looping", "volume_id", w.volID, "alloc_id", w.allocID,
 		"steps", maxClaimSteps)
 	return nil, fmt.Errorf("claim walk of volume %s, allocation %s did not settle in %d steps", w.volID, w.allocID, maxClaimSteps)
+}
+
+// partWay is the error of a claim walk that stops with err after it has
+// checkpointed the claim (wrote), last to state left: whatever err says, the call did
+// change the claim, and the change goes on without it (a retry resumes
+// from the checkpoint; the volume watcher finishes a release or rolls back
+// a reservation left behind). So it says the outcome is unknown, never
+// "nothing ran": a refusal such as "no leader" or "in progress" on its own
+// would let forward send the call again to the next leader, and the
+// caller would take that attempt's answer for the whole call's.
+func partWay(wrote bool, left structs.CSIClaimState, err error) error {
+	if !wrote || errors.Is(err, structs.ErrOutcomeUnknown) {
+		return err
+	}
+	if left == structs.CSIVolumeClaimStateFreed {
+		left = "freed"
+	}
+	return fmt.Errorf("%w: the claim was left %s, to be finished by a retry or the volume watcher: %w",
+		structs.ErrOutcomeUnknown, left, err)
 }
 
 // claimStepError is the error a failed step reports: the sentinel the core

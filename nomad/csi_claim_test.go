@@ -2,6 +2,7 @@ package nomad
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"testing"
@@ -384,4 +385,64 @@ func TestCSIVolume_FailedPublishRollsBack(t *testing.T) {
 	overlaps, err := hostpath.ReadOverlaps(f.stateDir, "node-a")
 	must.NoError(t, err)
 	must.Eq(t, int64(0), overlaps)
+}
+
+// A release that checkpointed the claim and then could not reach the
+// controller changed the claim even though it failed: the answer says the
+// outcome is unknown, so forward does not send it to the next leader as a
+// call that never ran (where an "in progress" from the volume watcher's
+// walk of the same claim would read as "nothing changed", the chaos
+// history of 2026-12-07), and the claim is left where the walk stopped,
+// for the volume watcher to finish.
+func TestCSIVolume_ReleaseStoppedPartWaySaysOutcomeUnknown(t *testing.T) {
+	f := newCSIFixture(t)
+	vol := f.volume(t, "data")
+	a := f.alloc(t, f.nodeB.ID)
+	_, err := f.claim(vol.ID, a.ID, structs.CSIVolumeClaimStateTaken, f.nodeB.SecretID)
+	must.NoError(t, err)
+
+	// The only controller goes away.
+	must.NoError(t, f.client.Shutdown(context.Background()))
+	must.Wait(t, wait.InitialSuccess(wait.BoolFunc(func() bool {
+		_, ok := f.srv.nodeSession(f.client.NodeID())
+		return !ok
+	}), wait.Timeout(10*time.Second), wait.Gap(20*time.Millisecond)))
+
+	_, err = f.claim(vol.ID, a.ID, structs.CSIVolumeClaimStateUnpublishing, f.nodeB.SecretID)
+	must.ErrorIs(t, err, structs.ErrOutcomeUnknown)
+	must.True(t, structs.IsRetryable(err))
+	must.False(t, forwardRetryable(err), must.Sprintf("forward would resend %v", err))
+	got, serr := f.srv.State().CSIVolumeByID(nil, structs.DefaultNamespace, vol.ID)
+	must.NoError(t, serr)
+	must.MapContainsKey(t, got.Claims, a.ID)
+	must.Eq(t, structs.CSIVolumeClaimStateNodeDetached, got.Claims[a.ID].State)
+}
+
+func TestPartWay(t *testing.T) {
+	lanesClosed := fmt.Errorf("csi plugin %q: unpublish: lanes closed: %w", "hostpath", structs.ErrNoLeader)
+	inProgress := fmt.Errorf("%w: allocation a, volume v", structs.ErrClaimInProgress)
+	cases := []struct {
+		name        string
+		wrote       bool
+		err         error
+		wantUnknown bool
+	}{
+		{"nothing written, no leader: forward may resend", false, lanesClosed, false},
+		{"nothing written, in progress: a refusal", false, inProgress, false},
+		{"checkpointed, no leader", true, lanesClosed, true},
+		{"checkpointed, in progress", true, inProgress, true},
+		{"already unknown stays as it is", true, structs.ErrOutcomeUnknown, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got := partWay(tc.wrote, structs.CSIVolumeClaimStateNodeDetached, tc.err)
+			must.ErrorIs(t, got, tc.err, must.Sprint("the cause is kept"))
+			must.Eq(t, tc.wantUnknown, errors.Is(got, structs.ErrOutcomeUnknown))
+			if errors.Is(tc.err, structs.ErrNoLeader) {
+				must.Eq(t, !tc.wantUnknown, forwardRetryable(got))
+			}
+		})
+	}
+	must.EqError(t, partWay(true, structs.CSIVolumeClaimStateFreed, inProgress),
+		structs.ErrOutcomeUnknown.Error()+": the claim was left freed, to be finished by a retry or the volume watcher: "+inProgress.Error())
 }
