@@ -43,7 +43,7 @@ func (e *ClientCSI) controllerAttachVolume(ctx context.Context, args *structs.Cl
 		VolumeContext:    args.VolumeContext,
 	}
 	key := laneadmit.Call{Volume: laneadmit.VolumeKey(args.VolumeID), Node: args.ClientCSINodeID}
-	return e.mgr.controllerCall(ctx, args.PluginID, "ControllerPublishVolume", args.LeaderTerm, key, &reply.CSIControllerReply, func(ctx context.Context, p *csiPluginClient) error {
+	return e.mgr.controllerCall(ctx, args.PluginID, "ControllerPublishVolume", args.CSIControllerQuery, key, &reply.CSIControllerReply, func(ctx context.Context, p *csiPluginClient) error {
 		resp, err := p.ControllerPublishVolume(ctx, req)
 		if err != nil {
 			return err
@@ -65,7 +65,7 @@ func (e *ClientCSI) controllerDetachVolume(ctx context.Context, args *structs.Cl
 	}
 	req := &csi.ControllerUnpublishVolumeRequest{VolumeId: args.VolumeID, NodeId: args.ClientCSINodeID, Secrets: args.Secrets}
 	key := laneadmit.Call{Volume: laneadmit.VolumeKey(args.VolumeID), Node: args.ClientCSINodeID}
-	return e.mgr.controllerCall(ctx, args.PluginID, "ControllerUnpublishVolume", args.LeaderTerm, key, &reply.CSIControllerReply, func(ctx context.Context, p *csiPluginClient) error {
+	return e.mgr.controllerCall(ctx, args.PluginID, "ControllerUnpublishVolume", args.CSIControllerQuery, key, &reply.CSIControllerReply, func(ctx context.Context, p *csiPluginClient) error {
 		_, err := p.ControllerUnpublishVolume(ctx, req)
 		if errors.Is(err, structs.ErrCSINotFound) {
 			// The spec's NOT_FOUND here means the volume or node is gone:
@@ -115,7 +115,7 @@ func (e *ClientCSI) controllerCreateVolume(ctx context.Context, args *structs.Cl
 		}
 	}
 	key := laneadmit.Create(args.Name, args.SnapshotID, args.CloneID)
-	return e.mgr.controllerCall(ctx, args.PluginID, "CreateVolume", args.LeaderTerm, key, &reply.CSIControllerReply, func(ctx context.Context, p *csiPluginClient) error {
+	return e.mgr.controllerCall(ctx, args.PluginID, "CreateVolume", args.CSIControllerQuery, key, &reply.CSIControllerReply, func(ctx context.Context, p *csiPluginClient) error {
 		if args.SnapshotID != "" && args.CapacityMin == 0 {
 			if err := sizeFromSnapshot(ctx, p, args, req); err != nil {
 				return err
@@ -179,7 +179,7 @@ func (e *ClientCSI) ControllerDeleteVolume(args *structs.ClientCSIControllerDele
 func (e *ClientCSI) controllerDeleteVolume(ctx context.Context, args *structs.ClientCSIControllerDeleteVolumeRequest, reply *structs.ClientCSIControllerDeleteVolumeResponse) error {
 	req := &csi.DeleteVolumeRequest{VolumeId: args.ExternalVolumeID, Secrets: args.Secrets}
 	key := laneadmit.Call{Volume: laneadmit.VolumeKey(args.ExternalVolumeID)}
-	return e.mgr.controllerCall(ctx, args.PluginID, "DeleteVolume", args.LeaderTerm, key, &reply.CSIControllerReply, func(ctx context.Context, p *csiPluginClient) error {
+	return e.mgr.controllerCall(ctx, args.PluginID, "DeleteVolume", args.CSIControllerQuery, key, &reply.CSIControllerReply, func(ctx context.Context, p *csiPluginClient) error {
 		_, err := p.DeleteVolume(ctx, req)
 		if errors.Is(err, structs.ErrCSINotFound) {
 			return nil
@@ -206,7 +206,7 @@ func (e *ClientCSI) controllerValidateVolume(ctx context.Context, args *structs.
 		VolumeContext:      args.Context,
 		Secrets:            args.Secrets,
 	}
-	return e.mgr.controllerCall(ctx, args.PluginID, "ValidateVolumeCapabilities", args.LeaderTerm, laneadmit.Call{}, nil, func(ctx context.Context, p *csiPluginClient) error {
+	return e.mgr.controllerCall(ctx, args.PluginID, "ValidateVolumeCapabilities", args.CSIControllerQuery, laneadmit.Call{}, nil, func(ctx context.Context, p *csiPluginClient) error {
 		resp, err := p.ValidateVolumeCapabilities(ctx, req)
 		if err != nil {
 			return err
@@ -231,7 +231,7 @@ func (e *ClientCSI) controllerCreateSnapshot(ctx context.Context, args *structs.
 		Secrets:        args.Secrets,
 	}
 	key := laneadmit.Call{Volume: laneadmit.VolumeKey(args.ExternalVolumeID)}
-	return e.mgr.controllerCall(ctx, args.PluginID, "CreateSnapshot", args.LeaderTerm, key, &reply.CSIControllerReply, func(ctx context.Context, p *csiPluginClient) error {
+	return e.mgr.controllerCall(ctx, args.PluginID, "CreateSnapshot", args.CSIControllerQuery, key, &reply.CSIControllerReply, func(ctx context.Context, p *csiPluginClient) error {
 		resp, err := p.CreateSnapshot(ctx, req)
 		if err != nil {
 			return err
@@ -250,7 +250,7 @@ func (e *ClientCSI) ControllerDeleteSnapshot(args *structs.ClientCSIControllerDe
 func (e *ClientCSI) controllerDeleteSnapshot(ctx context.Context, args *structs.ClientCSIControllerDeleteSnapshotRequest, reply *structs.ClientCSIControllerDeleteSnapshotResponse) error {
 	req := &csi.DeleteSnapshotRequest{SnapshotId: args.ID, Secrets: args.Secrets}
 	key := laneadmit.Call{Volume: laneadmit.SnapshotKey(args.ID)}
-	return e.mgr.controllerCall(ctx, args.PluginID, "DeleteSnapshot", args.LeaderTerm, key, &reply.CSIControllerReply, func(ctx context.Context, p *csiPluginClient) error {
+	return e.mgr.controllerCall(ctx, args.PluginID, "DeleteSnapshot", args.CSIControllerQuery, key, &reply.CSIControllerReply, func(ctx context.Context, p *csiPluginClient) error {
 		_, err := p.DeleteSnapshot(ctx, req)
 		if errors.Is(err, structs.ErrCSINotFound) {
 			return nil
@@ -268,7 +268,7 @@ func (e *ClientCSI) controllerListSnapshots(ctx context.Context, args *structs.C
 	req := &csi.ListSnapshotsRequest{MaxEntries: args.MaxEntries, StartingToken: args.StartingToken, Secrets: args.Secrets}
 	// Reads use the lane too: a listing should not interleave with a create
 	// or delete the plugin is still working on.
-	return e.mgr.controllerCall(ctx, args.PluginID, "ListSnapshots", args.LeaderTerm, laneadmit.Call{}, nil, func(ctx context.Context, p *csiPluginClient) error {
+	return e.mgr.controllerCall(ctx, args.PluginID, "ListSnapshots", args.CSIControllerQuery, laneadmit.Call{}, nil, func(ctx context.Context, p *csiPluginClient) error {
 		resp, err := p.ListSnapshots(ctx, req)
 		if err != nil {
 			return err

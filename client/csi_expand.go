@@ -37,7 +37,7 @@ func (e *ClientCSI) controllerExpandVolume(ctx context.Context, args *structs.Cl
 		req.VolumeCapability = vc
 	}
 	key := laneadmit.Call{Volume: laneadmit.VolumeKey(args.ExternalVolumeID)}
-	return e.mgr.controllerCall(ctx, args.PluginID, "ControllerExpandVolume", args.LeaderTerm, key, &reply.CSIControllerReply, func(ctx context.Context, p *csiPluginClient) error {
+	return e.mgr.controllerCall(ctx, args.PluginID, "ControllerExpandVolume", args.CSIControllerQuery, key, &reply.CSIControllerReply, func(ctx context.Context, p *csiPluginClient) error {
 		resp, err := p.ControllerExpandVolume(ctx, req)
 		if err != nil {
 			return err

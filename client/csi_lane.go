@@ -60,6 +60,9 @@ type csiLaneCall struct {
 	timeout time.Duration
 	fn      func(context.Context) error
 	queued  time.Time
+	// startBy is when the call must have started, or it is refused
+	// unrun; zero: no bound.
+	startBy time.Time
 	state   atomic.Int32
 	done    chan csiLaneResult // capacity 1
 }
@@ -93,14 +96,27 @@ func (l *csiLane) poke() {
 	}
 }
 
+// laneBounds bound one call of a lane: timeout once it runs, and
+// startWithin (when not zero) how long it may wait for its turn.
+type laneBounds struct {
+	timeout, startWithin time.Duration
+}
+
 // do queues fn and waits for its result or for ctx. fn gets a context that
 // keeps ctx's values but not its cancellation, with its own timeout. If
 // ctx ends before fn started, fn never runs; if fn is running, it runs to
 // completion and do returns an error wrapping ErrCSIUnavailable (the
-// caller does not learn the outcome) and ctx's error. busyBefore is the
-// call's csiLaneResult.busyBefore, false when fn did not run to an answer.
-func (l *csiLane) do(ctx context.Context, method string, key laneadmit.Call, timeout time.Duration, fn func(context.Context) error) (busyBefore bool, err error) {
-	c := &csiLaneCall{method: method, key: key, ctx: ctx, timeout: timeout, fn: fn, queued: time.Now(), done: make(chan csiLaneResult, 1)}
+// caller does not learn the outcome) and ctx's error. A call whose turn
+// comes after its startWithin is refused unrun, also with
+// ErrCSIUnavailable: its sender may have stopped waiting for it and
+// counted on it being over. busyBefore is the call's
+// csiLaneResult.busyBefore, false when fn did not run to an answer.
+func (l *csiLane) do(ctx context.Context, method string, key laneadmit.Call, b laneBounds, fn func(context.Context) error) (busyBefore bool, err error) {
+	now := time.Now()
+	c := &csiLaneCall{method: method, key: key, ctx: ctx, timeout: b.timeout, fn: fn, queued: now, done: make(chan csiLaneResult, 1)}
+	if b.startWithin > 0 {
+		c.startBy = now.Add(b.startWithin)
+	}
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()
@@ -194,11 +210,20 @@ func (l *csiLane) admit() []*csiLaneCall {
 }
 
 func (l *csiLane) runCall(c *csiLaneCall) {
-	callCtx, cancel := context.WithTimeout(context.WithoutCancel(c.ctx), c.timeout)
 	start := time.Now()
-	l.logger.Debug("controller call started", "method", c.method, "queued", start.Sub(c.queued))
-	err := c.fn(callCtx)
-	cancel()
+	var err error
+	if !c.startBy.IsZero() && start.After(c.startBy) {
+		waited := start.Sub(c.queued)
+		l.logger.Warn("controller call refused unrun: its turn came too late", "method", c.method,
+			"queued", waited, "start_within", c.startBy.Sub(c.queued))
+		err = fmt.Errorf("csi %s: %w: waited %s in the plugin's lane, past the %s its sender allows; not run",
+			c.method, structs.ErrCSIUnavailable, waited.Round(time.Millisecond), c.startBy.Sub(c.queued))
+	} else {
+		callCtx, cancel := context.WithTimeout(context.WithoutCancel(c.ctx), c.timeout)
+		l.logger.Debug("controller call started", "method", c.method, "queued", start.Sub(c.queued))
+		err = c.fn(callCtx)
+		cancel()
+	}
 	if err != nil {
 		l.logger.Debug("controller call failed", "method", c.method, "duration", time.Since(start), "error", err)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/roamhq/roam/internal/laneadmit"
 	"github.com/roamhq/roam/plugins/csi/hostpath"
+	"github.com/roamhq/roam/structs"
 )
 
 // runLane starts a lane with a fixed limit, stopped at the test's end.
@@ -33,9 +34,14 @@ type laneCall struct {
 
 func sendLaneCall(t *testing.T, ctx context.Context, l *csiLane, key laneadmit.Call) *laneCall {
 	t.Helper()
+	return sendBoundedLaneCall(t, ctx, l, key, laneBounds{timeout: time.Minute})
+}
+
+func sendBoundedLaneCall(t *testing.T, ctx context.Context, l *csiLane, key laneadmit.Call, b laneBounds) *laneCall {
+	t.Helper()
 	c := &laneCall{started: make(chan struct{}), release: make(chan struct{}), done: make(chan csiLaneResult, 1)}
 	go func() {
-		busy, err := l.do(ctx, "ControllerPublishVolume", key, time.Minute, func(context.Context) error {
+		busy, err := l.do(ctx, "ControllerPublishVolume", key, b, func(context.Context) error {
 			close(c.started)
 			<-c.release
 			return nil
@@ -162,6 +168,58 @@ func TestCSILane_AbandonedCallFreesTheCallsBehindIt(t *testing.T) {
 	must.True(t, leaver.waiting(), must.Sprint("an abandoned call ran"))
 }
 
+// A call whose turn comes after the wait its sender allows is refused
+// unrun: the sender's fence, which keeps the plugin's calls on this node
+// while the call may run, lasts only that wait plus the call's timeout.
+// A call whose turn comes in time runs.
+func TestCSILane_CallWhoseTurnComesTooLateIsNotRun(t *testing.T) {
+	l := runLane(t, 1)
+	a := sendLaneCall(t, t.Context(), l, laneadmit.Call{Volume: "a"})
+	a.mustStart(t, "a")
+	late := sendBoundedLaneCall(t, t.Context(), l, laneadmit.Call{Volume: "b"}, laneBounds{timeout: time.Minute, startWithin: time.Nanosecond})
+	waitQueued(t, l, 1)
+	inTime := sendBoundedLaneCall(t, t.Context(), l, laneadmit.Call{Volume: "c"}, laneBounds{timeout: time.Minute, startWithin: time.Minute})
+	waitQueued(t, l, 2)
+
+	a.finish(t)
+	select {
+	case r := <-late.done:
+		must.ErrorIs(t, r.err, structs.ErrCSIUnavailable)
+		must.StrContains(t, r.err.Error(), "not run")
+	case <-time.After(10 * time.Second):
+		t.Fatal("the late call did not return")
+	}
+	must.True(t, late.waiting(), must.Sprint("a call ran after its sender stopped counting on it"))
+	inTime.mustStart(t, "the call whose turn came in time")
+	must.False(t, inTime.finish(t).busyBefore)
+}
+
+// The sender's Timeout bounds the call when it is below the client's own.
+func TestCSIManager_SenderTimeoutBoundsTheCall(t *testing.T) {
+	p := testHostpath(t, hostpath.ModeMonolith, "node-t", t.TempDir(), nil)
+	m := testCSIManager(t, nil) // its own bound: 30 s
+	must.NoError(t, m.AddPlugin(&CSIPluginConfig{ID: "hp", Type: CSIPluginTypeMonolith, Socket: p.Endpoint()}))
+	for _, tc := range []struct {
+		sender, want time.Duration
+	}{
+		{0, 30 * time.Second},
+		{5 * time.Second, 5 * time.Second},
+		{time.Hour, 30 * time.Second},
+	} {
+		var left time.Duration
+		err := m.controllerCall(t.Context(), "hp", "ListVolumes", structs.CSIControllerQuery{Timeout: tc.sender}, laneadmit.Call{}, nil,
+			func(ctx context.Context, _ *csiPluginClient) error {
+				dl, ok := ctx.Deadline()
+				must.True(t, ok)
+				left = time.Until(dl)
+				return nil
+			})
+		must.NoError(t, err)
+		must.LessEq(t, tc.want, left, must.Sprintf("sender's timeout %s", tc.sender))
+		must.Greater(t, tc.want-time.Second, left, must.Sprintf("sender's timeout %s", tc.sender))
+	}
+}
+
 // A lane's limit is its plugin's controller_concurrency only once every
 // server runs a build that reads LaneBusyBefore.
 func TestCSIManager_LaneLimitWaitsForEveryServer(t *testing.T) {
@@ -202,7 +260,7 @@ func TestCSIManager_GateOpeningAdmitsWaitingCalls(t *testing.T) {
 	call := func(vol string, started chan<- struct{}, release <-chan struct{}) chan error {
 		done := make(chan error, 1)
 		go func() {
-			done <- m.controllerCall(context.Background(), "hp", "ListVolumes", 0, laneadmit.Call{Volume: vol}, nil,
+			done <- m.controllerCall(context.Background(), "hp", "ListVolumes", structs.CSIControllerQuery{}, laneadmit.Call{Volume: vol}, nil,
 				func(context.Context, *csiPluginClient) error {
 					close(started)
 					<-release

@@ -18,7 +18,7 @@ func (e *ClientCSI) ControllerListVolumes(args *structs.ClientCSIControllerListV
 
 func (e *ClientCSI) controllerListVolumes(ctx context.Context, args *structs.ClientCSIControllerListVolumesRequest, reply *structs.ClientCSIControllerListVolumesResponse) error {
 	req := &csi.ListVolumesRequest{MaxEntries: args.MaxEntries, StartingToken: args.StartingToken}
-	return e.mgr.controllerCall(ctx, args.PluginID, "ListVolumes", args.LeaderTerm, laneadmit.Call{}, nil, func(ctx context.Context, p *csiPluginClient) error {
+	return e.mgr.controllerCall(ctx, args.PluginID, "ListVolumes", args.CSIControllerQuery, laneadmit.Call{}, nil, func(ctx context.Context, p *csiPluginClient) error {
 		resp, err := p.ListVolumes(ctx, req)
 		if err != nil {
 			return err

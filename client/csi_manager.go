@@ -253,24 +253,31 @@ func (m *csiManager) nodePlugin(id string) (*csiManagedPlugin, error) {
 // context's error, while a call already started finishes on the client
 // before the next one for the plugin starts.
 //
-// term is the sending leader's (structs.CSIControllerQuery.LeaderTerm): a
-// call from a term below the highest seen is refused, when it arrives and
-// again when its turn comes (see admitTerm).
+// q is the sender's: a call from a leader term (q.LeaderTerm) below the
+// highest seen is refused, when it arrives and again when its turn comes
+// (see admitTerm); one whose turn comes after q.StartWithin is refused
+// unrun; q.Timeout, when set, bounds the call if it is below
+// ControllerCallTimeout.
 //
 // key is the volume, and for publish and unpublish the node, that no other
 // call of the lane may act on at once (a lane of several; see csiLane).
 // reply, when not nil, gets what the lane says of the calls before this
 // one.
-func (m *csiManager) controllerCall(ctx context.Context, pluginID, method string, term uint64, key laneadmit.Call,
+func (m *csiManager) controllerCall(ctx context.Context, pluginID, method string, q structs.CSIControllerQuery, key laneadmit.Call,
 	reply *structs.CSIControllerReply, fn func(context.Context, *csiPluginClient) error) error {
 	p, err := m.controllerPlugin(pluginID)
 	if err != nil {
 		return err
 	}
+	term := q.LeaderTerm
 	if err := m.admitTerm(pluginID, method, term); err != nil {
 		return err
 	}
-	busyBefore, err := p.lane.do(ctx, method, key, m.cfg.ControllerCallTimeout, func(ctx context.Context) error {
+	b := laneBounds{timeout: m.cfg.ControllerCallTimeout, startWithin: max(q.StartWithin, 0)}
+	if q.Timeout > 0 && q.Timeout < b.timeout {
+		b.timeout = q.Timeout
+	}
+	busyBefore, err := p.lane.do(ctx, method, key, b, func(ctx context.Context) error {
 		if err := m.admitTerm(pluginID, method, term); err != nil {
 			return err
 		}

@@ -472,9 +472,30 @@ func laneTerm(ctx context.Context) uint64 {
 }
 
 // controllerQuery addresses a controller call to cn, stamped with the term
-// of the lanes it runs in (none outside a lane).
+// of the lanes it runs in (none outside a lane) and, for a lane call, the
+// bounds unknownCallEnds counts on.
 func controllerQuery(ctx context.Context, cn *structs.Node) structs.CSIControllerQuery {
-	return structs.CSIControllerQuery{ControllerNodeID: cn.ID, LeaderTerm: laneTerm(ctx)}
+	q := structs.CSIControllerQuery{ControllerNodeID: cn.ID, LeaderTerm: laneTerm(ctx)}
+	if q.LeaderTerm != 0 {
+		q.StartWithin, q.Timeout = csiCallStartWithin, csiCallTimeout
+	}
+	return q
+}
+
+// csiCallStartWithin is how long a lane call may wait in its client's lane
+// for its turn (behind a deposed leader's calls, or a lane that runs fewer
+// calls at once than this leader's) before the client refuses it unrun.
+const csiCallStartWithin = 30 * time.Second
+
+// unknownCallEnds is when a lane call whose outcome became unknown at now
+// has ended at its client: it was sent before now (and reached the client
+// before now, unless the network held it), began within
+// csiCallStartWithin of reaching it or never, and ran at most
+// csiCallTimeout. The in-memory fence holds until then. Clients before
+// CSIControllerQuery.StartWithin do not bound the wait: for them the
+// fence counts on the call having started by now.
+func unknownCallEnds(now time.Time) time.Time {
+	return now.Add(csiCallStartWithin + csiCallTimeout)
 }
 
 // applyRecordedFence narrows candidates by pluginID's fence in Raft, unless
@@ -596,7 +617,7 @@ func (s *Server) onController(ctx context.Context, pluginID, op string, key lane
 		case errors.Is(err, structs.ErrOutcomeUnknown) && tried != nil:
 			s.logger.Warn("controller call outcome unknown; the plugin's calls stay on its node until one succeeds there",
 				"plugin_id", pluginID, "op", op, "node_id", tried.ID, "error", err)
-			lanes.setFence(pluginID, tried.ID, time.Now().Add(csiCallTimeout))
+			lanes.setFence(pluginID, tried.ID, unknownCallEnds(time.Now()))
 		case err == nil && drained:
 			lanes.liftFence(pluginID, node.ID)
 		}

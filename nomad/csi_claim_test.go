@@ -446,3 +446,23 @@ func TestPartWay(t *testing.T) {
 	must.EqError(t, partWay(true, structs.CSIVolumeClaimStateFreed, inProgress),
 		structs.ErrOutcomeUnknown.Error()+": the claim was left freed, to be finished by a retry or the volume watcher: "+inProgress.Error())
 }
+
+// A lane call tells its client how long it may wait for its turn and run,
+// and the in-memory fence for a call whose outcome is unknown lasts at
+// least that long: a call that starts at the client after the fence lifts
+// would meet the next call at another node's controller.
+func TestControllerQuery_BoundsTheFenceCovers(t *testing.T) {
+	cn := &structs.Node{ID: "n1"}
+	lane := context.WithValue(context.Background(), leaderTermKey{}, uint64(7))
+	q := controllerQuery(lane, cn)
+	must.Eq(t, uint64(7), q.LeaderTerm)
+	must.Positive(t, q.StartWithin)
+	must.Positive(t, q.Timeout)
+	now := time.Now()
+	must.LessEq(t, unknownCallEnds(now).Sub(now), q.StartWithin+q.Timeout,
+		must.Sprint("the fence lifts before a call the client may still start has ended"))
+
+	// Outside a lane (a read) nothing is bounded beyond the client's own.
+	read := controllerQuery(context.Background(), cn)
+	must.Eq(t, structs.CSIControllerQuery{ControllerNodeID: "n1"}, read)
+}

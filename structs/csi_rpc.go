@@ -1,5 +1,7 @@
 package structs
 
+import "time"
+
 // Requests and responses of the ClientCSI service, which servers call on a
 // client over its session to reach the CSI plugins running there. Every
 // controller call passes the client's per-plugin lane, so calls for one
@@ -17,6 +19,16 @@ type CSIControllerQuery struct {
 	// arrived late (held by a slow relay, or by a network that was cut),
 	// after the new leader may have moved the plugin's calls elsewhere.
 	LeaderTerm uint64
+	// StartWithin bounds how long a lane call may wait in the client's
+	// lane before it starts, counted from its arrival there; one whose
+	// turn comes later is refused unrun (ErrCSIUnavailable). Timeout, when
+	// set, bounds the call once started, as the client's own
+	// csi_controller_call_timeout does (the smaller wins). With both the
+	// sender knows when a call it lost track of has surely ended at the
+	// client, which is how long its fence holds (see nomad's
+	// unknownCallEnds). Zero: no bound (a sender older than these fields).
+	StartWithin time.Duration `json:",omitempty"`
+	Timeout     time.Duration `json:",omitempty"`
 }
 
 // CSIControllerReply is what every destructive controller call's answer
