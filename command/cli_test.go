@@ -10,6 +10,7 @@ import (
 
 	"github.com/roamhq/roam/api"
 	"github.com/roamhq/roam/command/agent"
+	"github.com/roamhq/roam/nomad"
 	"github.com/roamhq/roam/structs"
 	"github.com/roamhq/roam/testutil"
 	"github.com/shoenig/test/must"
@@ -281,4 +282,31 @@ func TestFormatColumns(t *testing.T) {
 	})
 	must.EqOp(t, "ID  Name       Status\n1   long-name  ready\n22  x\n", got)
 	must.EqOp(t, "A    = 1\nLong = 2\n", formatKV([][2]string{{"A", "1"}, {"Long", "2"}}))
+}
+
+// startServers starts n server-only agents with enable_debug, joined into
+// one cluster, and waits for a leader.
+func startServers(t *testing.T, n int) []*agent.Agent {
+	t.Helper()
+	agents := make([]*agent.Agent, n)
+	var join []string
+	for i := range agents {
+		agents[i] = startAgent(t, func(c *agent.Config) {
+			c.Name = fmt.Sprintf("%s-%d", c.Name, i)
+			c.Client.Enabled = false
+			c.EnableDebug = true
+			c.RaftTimers = nil
+			c.Server.BootstrapExpect = n
+			c.Server.ServerJoin = &agent.ServerJoin{RetryJoin: join, RetryInterval: "50ms"}
+		})
+		if i == 0 {
+			join = []string{agents[0].Server().Addr()}
+		}
+	}
+	servers := make([]*nomad.Server, n)
+	for i, a := range agents {
+		servers[i] = a.Server()
+	}
+	testutil.WaitForLeader(t, servers...)
+	return agents
 }

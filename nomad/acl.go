@@ -235,8 +235,11 @@ var rpcACLRules = map[string]aclRule{
 	"Status.Leadership": coarse((*acl.ACL).AllowOperatorRead),
 	// Members answers /v1/agent/members (node read, as in Nomad) and
 	// part of /v1/agent/self (agent read).
-	"Status.Members":     coarse(func(a *acl.ACL) bool { return a.AllowNodeRead() || a.AllowAgentRead() }),
-	"Status.Join":        {exempt: "server"},
+	"Status.Members": coarse(func(a *acl.ACL) bool { return a.AllowNodeRead() || a.AllowAgentRead() }),
+	"Status.Join":    {exempt: "server"},
+	// A CPU profile costs the server, and a goroutine dump shows what it
+	// is doing: agent:write, as Nomad's /v1/agent/pprof asks.
+	"Agent.Profile":      coarse((*acl.ACL).AllowAgentWrite),
 	"Status.HasNodeConn": {exempt: "server"},
 	"Status.CancelQuery": {exempt: "open"},
 	"ClientRPC.Forward":  {exempt: "server"},

@@ -77,6 +77,7 @@ var rpcACLCases = map[string]rpcACLCase{
 	"Status.HasNodeConn": {exempt: "server"},
 	"ClientRPC.Forward":  {exempt: "server"},
 	"Status.Members":     {grant: `node { policy = "read" }`, near: `operator { policy = "write" }`},
+	"Agent.Profile":      {grant: `agent { policy = "write" }`, near: `agent { policy = "read" }`},
 
 	"Node.Register":          {exempt: "node"},
 	"Node.UpdateStatus":      {exempt: "node"},

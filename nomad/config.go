@@ -25,6 +25,12 @@ type Config struct {
 
 	// ACLEnabled turns on ACL enforcement on every RPC (docs/acl.md).
 	ACLEnabled bool
+	// EnableDebug lets Agent.Profile serve this server's profiles while
+	// ACLs are off (the agent's enable_debug).
+	EnableDebug bool
+	// Metrics, when set, returns the agent's latest metrics summary, which
+	// Agent.Profile serves as JSON.
+	Metrics func() (any, error)
 	// ACLTokenTTL bounds how long a resolved token is cached; zero means
 	// DefaultACLTokenTTL. Any token or policy write empties the cache.
 	ACLTokenTTL time.Duration

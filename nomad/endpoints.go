@@ -14,6 +14,7 @@ func (s *Server) registerEndpoints() {
 		"CSIVolume": &CSIVolume{srv: s},
 		"CSIPlugin": &CSIPlugin{srv: s},
 		"ACL":       &ACL{srv: s},
+		"Agent":     &Agent{srv: s},
 	} {
 		if err := s.rpcServer.RegisterName(name, svc); err != nil {
 			panic("nomad: register " + name + " endpoint: " + err.Error())

@@ -51,6 +51,10 @@ var (
 	// disk, an I/O error). The write was not acknowledged nor applied; the
 	// server stops, and another leads meanwhile. Retryable.
 	ErrRaftLogWrite = errors.New("the server could not write its raft log")
+	// ErrProfileInProgress means a CPU profile or an execution trace is
+	// already being taken on the agent asked (the runtime takes one at a
+	// time); retryable once it ends.
+	ErrProfileInProgress = errors.New("a CPU profile or trace is already being taken on this agent")
 )
 
 // sentinelCode is a sentinel and its wire code.
@@ -74,6 +78,7 @@ var sentinelCodes = append(append([]sentinelCode{
 	{ErrCSIMaxClaims, "csi_max_claims"},
 }, csiErrorCodes...),
 	sentinelCode{ErrRaftLogWrite, "raft_log_write"},
+	sentinelCode{ErrProfileInProgress, "profile_in_progress"},
 	sentinelCode{ErrNodeNotConnected, "node_not_connected"},
 	sentinelCode{ErrNoLeader, "no_leader"},
 	sentinelCode{ErrPermissionDenied, "permission_denied"},

@@ -162,3 +162,39 @@ type SnapshotRestoreResponse struct {
 	RestoredIndex uint64
 	Counts        map[string]int
 }
+
+// AgentProfileMetrics is the AgentProfileRequest.Kind that asks for the
+// server's metrics (the JSON of /v1/metrics) instead of a profile.
+const AgentProfileMetrics = "metrics"
+
+// AgentProfileRequest asks a server for one of its Go runtime profiles
+// (internal/profile) or its metrics: what /v1/agent/pprof/ and `roam
+// operator debug` collect from every server.
+type AgentProfileRequest struct {
+	// ServerID names the server: its ID, "leader", or empty for the one
+	// called.
+	ServerID string
+	// Kind is profile.CPU, profile.Trace, one of profile.Named, or
+	// AgentProfileMetrics.
+	Kind    string
+	Seconds int
+	Debug   int
+	GC      bool
+	// Forwarded marks a call one server passed on to the one named: it is
+	// answered there or refused, never passed on again.
+	Forwarded bool
+	QueryOptions
+}
+
+// CallTimeout bounds the call: the profile's own length, and time to
+// pass it on and send it back (see RPCCallTimeout).
+func (r AgentProfileRequest) CallTimeout() time.Duration {
+	return time.Duration(max(r.Seconds, 0))*time.Second + 30*time.Second
+}
+
+// AgentProfileResponse is the profile, and the server that took it.
+type AgentProfileResponse struct {
+	ServerID   string
+	ServerName string
+	Payload    []byte
+}

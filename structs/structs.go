@@ -177,6 +177,9 @@ const BlockingJitterFraction = 16
 // RPCCallTimeout is how long a caller waits for a reply to req: the time
 // the query may block, its jitter, and slack for the reply itself.
 func RPCCallTimeout(req any) time.Duration {
+	if c, ok := req.(interface{ CallTimeout() time.Duration }); ok {
+		return c.CallTimeout()
+	}
 	timeout := 30 * time.Second
 	if q, ok := req.(interface{ TimeToBlock() time.Duration }); ok {
 		ttb := q.TimeToBlock()

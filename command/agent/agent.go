@@ -207,6 +207,10 @@ func (a *Agent) setupServer() error {
 	sc.OperatorToken = c.Server.OperatorToken
 	sc.ClientIntroTokens = c.Server.ClientIntroTokens
 	sc.ACLEnabled = c.aclEnabled()
+	sc.EnableDebug = c.EnableDebug
+	if sink := a.metrics; sink != nil {
+		sc.Metrics = func() (any, error) { return sink.DisplayMetrics(nil, nil) }
+	}
 	if c.ACL != nil {
 		sc.ACLTokenTTL = parseDurationOr(c.ACL.TokenTTL, 0)
 	}

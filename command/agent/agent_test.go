@@ -21,6 +21,13 @@ import (
 // leader's index.
 func newTestServers(t *testing.T, n int) ([]*Agent, int) {
 	t.Helper()
+	return newTestServersWith(t, n, nil)
+}
+
+// newTestServersWith is newTestServers with mutate(i, c) applied to each
+// agent's configuration.
+func newTestServersWith(t *testing.T, n int, mutate func(int, *Config)) ([]*Agent, int) {
+	t.Helper()
 	agents := make([]*Agent, n)
 	var join []string
 	for i := range agents {
@@ -29,6 +36,9 @@ func newTestServers(t *testing.T, n int) ([]*Agent, int) {
 			c.Client.Enabled = false
 			c.Server.BootstrapExpect = n
 			c.Server.ServerJoin = &ServerJoin{RetryJoin: join, RetryInterval: "50ms"}
+			if mutate != nil {
+				mutate(i, c)
+			}
 		})
 		if i == 0 {
 			join = []string{agents[0].Server().Addr()}

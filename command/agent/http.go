@@ -102,6 +102,7 @@ func NewHTTPServer(a *Agent, ln net.Listener, logger hclog.Logger) *HTTPServer {
 	s.addCSICreateRoutes()
 	s.addACLRoutes()
 	s.routes[debugPathPrefix] = map[string]handlerFunc{http.MethodGet: s.debugPprof, http.MethodPost: s.debugPprof}
+	s.routes[agentPprofPrefix] = map[string]handlerFunc{http.MethodGet: s.agentPprof}
 	s.srv = &http.Server{
 		Handler:           s,
 		ReadHeaderTimeout: 10 * time.Second,
@@ -249,6 +250,9 @@ func subRoute(prefix, sub string) string { return prefix + "*/" + sub }
 func (s *HTTPServer) match(path string) (string, map[string]handlerFunc) {
 	if strings.HasPrefix(path, debugPathPrefix) {
 		return debugPathPrefix, s.routes[debugPathPrefix]
+	}
+	if rest, ok := strings.CutPrefix(path, agentPprofPrefix); ok && rest != "" && !strings.Contains(rest, "/") {
+		return agentPprofPrefix, s.routes[agentPprofPrefix]
 	}
 	for _, prefix := range idPrefixes {
 		rest, ok := strings.CutPrefix(path, prefix)

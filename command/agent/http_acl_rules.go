@@ -57,6 +57,7 @@ var httpACLRules = func() map[string]httpRule {
 	add("/v1/agent/self", httpCoarse((*acl.ACL).AllowAgentRead), get)
 	add("/v1/agent/members", httpCoarse((*acl.ACL).AllowNodeRead), get)
 	add(debugPathPrefix, httpCoarse((*acl.ACL).AllowAgentWrite), get, post)
+	add(agentPprofPrefix, httpCoarse((*acl.ACL).AllowAgentWrite), get)
 
 	add("/v1/nodes", httpCoarse((*acl.ACL).AllowNodeRead), get)
 	add(nodePathPrefix, httpCoarse((*acl.ACL).AllowNodeRead), get)

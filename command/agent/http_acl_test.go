@@ -103,6 +103,7 @@ var (
 		"GET /v1/metrics":       openRoute,
 		"GET /v1/agent/self":    {grant: `agent { policy = "read" }`, near: `node { policy = "write" }`},
 		"GET /debug/pprof/":     {grant: `agent { policy = "write" }`, near: `agent { policy = "read" }`},
+		"GET /v1/agent/pprof/":  {grant: `agent { policy = "write" }`, near: `agent { policy = "read" }`},
 		"POST /debug/pprof/":    {grant: `agent { policy = "write" }`, near: `agent { policy = "read" }`},
 		"GET /v1/agent/members": nodeRead,
 

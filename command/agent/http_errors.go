@@ -56,8 +56,10 @@ var sentinelAnswers = map[error]errorAnswer{
 	structs.ErrStaleLeaderTerm: {http.StatusServiceUnavailable, true},
 	// The write failed before it was acknowledged; the server that could
 	// not write stops, and another leads.
-	structs.ErrRaftLogWrite:      {http.StatusServiceUnavailable, true},
-	structs.ErrCSIMaxClaims:      {http.StatusConflict, false},
+	structs.ErrRaftLogWrite: {http.StatusServiceUnavailable, true},
+	structs.ErrCSIMaxClaims: {http.StatusConflict, false},
+	// The runtime takes one CPU profile or trace at a time.
+	structs.ErrProfileInProgress: {http.StatusConflict, true},
 	structs.ErrCSIClaimInUse:     {http.StatusConflict, true},
 	structs.ErrCSIPluginNotFound: {http.StatusNotFound, false},
 	// The plugin's INVALID_ARGUMENT or OUT_OF_RANGE: the caller's input
