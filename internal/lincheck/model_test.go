@@ -207,6 +207,29 @@ func TestInjectStaleWrite_SkipsHoldersWithOpenCalls(t *testing.T) {
 	must.False(t, ok)
 }
 
+// An unknown earlier claim just like the holder's changes nothing where
+// it lands: the holder still offers a window, and the stale write there is
+// caught. One in another mode could leave the holder a reader: no window.
+func TestInjectStaleWrite_UnknownEarlierClaims(t *testing.T) {
+	same := []porcupine.Operation{
+		op(0, claimIn("single", "a", "n1", wr, snw), 0, math.MaxInt64, Output{Result: Unknown}),
+		op(1, claimIn("single", "a", "n1", wr, snw), 10, 20, Output{Result: OK}),
+		op(1, releaseIn("single", "a"), 40, 50, Output{Result: OK}),
+	}
+	got, ok := InjectStaleWrite(testSpec, same)
+	must.True(t, ok, must.Sprint("no window beside an earlier unknown claim in the same modes"))
+	must.Eq(t, porcupine.Ok, Check(testSpec, got[1:], 10*time.Second).Result)
+	must.Eq(t, porcupine.Illegal, Check(testSpec, got, 10*time.Second).Result)
+
+	other := []porcupine.Operation{
+		op(0, claimIn("single", "a", "n1", rd, snw), 0, math.MaxInt64, Output{Result: Unknown}),
+		op(1, claimIn("single", "a", "n1", wr, snw), 10, 20, Output{Result: OK}),
+		op(1, releaseIn("single", "a"), 40, 50, Output{Result: OK}),
+	}
+	_, ok = InjectStaleWrite(testSpec, other)
+	must.False(t, ok)
+}
+
 // TestInjectStaleWrite_PicksTheCheapestWindow: of two windows, the one
 // whose cut has fewer outcomes unknown is taken, though it is later: a
 // claim in flight across the first window is unknown in its cut.

@@ -159,6 +159,13 @@ func InjectStaleWrite(spec Spec, history []porcupine.Operation) (_ []porcupine.O
 	return append([]porcupine.Operation{stale}, Cut(history, stale.Input.(Input).Volume, stale.Return)...), true
 }
 
+// sameClaim says whether a and b are claims of one allocation in the same
+// modes.
+func sameClaim(a, b Input) bool {
+	return a.Kind == KindClaim && b.Kind == KindClaim && a.Alloc == b.Alloc && a.Node == b.Node &&
+		a.Mode == b.Mode && a.Access == b.Access && a.Attach == b.Attach
+}
+
 // injectionsOf returns, for each window of history where a stale write
 // can be injected, the holder's claim with its return moved to the
 // injected write's, and fills windows with the writes.
@@ -170,9 +177,15 @@ func injectionsOf(spec Spec, history []porcupine.Operation, windows map[int64]po
 			writerLimit(in.Access) != 1 || spec.Doomed[in.Alloc] || op.Return == math.MaxInt64 {
 			continue
 		}
-		// The window ends when the holder next acts on the volume; an
+		// The window ends when the holder next acts on the volume. An
 		// earlier call of the holder's whose outcome is unknown could land
-		// inside it and free the volume, so such a holder is passed over.
+		// inside it: a release would free the volume, and a claim in
+		// another mode or access could leave the holder's entry in that
+		// mode (a reservation it made first is what the claim then
+		// takes). Such a holder is passed over. An earlier claim exactly
+		// like the holder's changes nothing wherever it lands; in a run
+		// with many leader changes every holder has one, and passing
+		// them over left no window at all (chaos seed 4, 2026-12-07).
 		end := int64(math.MaxInt64)
 		open := false
 		for _, other := range history {
@@ -183,7 +196,7 @@ func injectionsOf(spec Spec, history []porcupine.Operation, windows map[int64]po
 			if other.Call > op.Return && other.Call < end {
 				end = other.Call
 			}
-			if other.Output.(Output).Result == Unknown && other.Call < op.Return {
+			if other.Output.(Output).Result == Unknown && other.Call < op.Return && !sameClaim(oi, in) {
 				open = true
 			}
 		}
