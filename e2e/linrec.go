@@ -388,7 +388,9 @@ func (w *linWorkload) claimCall(conn *rpc.Client, req *structs.CSIVolumeClaimReq
 func classifyClaimError(err error) lincheck.Result {
 	switch {
 	case errors.Is(err, structs.ErrOutcomeUnknown), errors.Is(err, structs.ErrRaftLogWrite),
-		errors.Is(err, structs.ErrStaleLeaderTerm):
+		errors.Is(err, structs.ErrStaleLeaderTerm), errors.Is(err, structs.ErrPartlyDone):
+		// A call carried out in part changed the claim, whatever stopped
+		// it: "in progress" beside it is not a refusal.
 		return lincheck.Unknown
 	case errors.Is(err, structs.ErrClaimInProgress):
 		return lincheck.InProgress

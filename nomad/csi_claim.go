@@ -278,9 +278,9 @@ func (s *Server) walkClaim(ctx context.Context, w claimWalk) (*structs.CSIVolume
 			if err := s.releaseClaim(ctx, w.volID, w.allocID, true); err != nil {
 				s.logger.Warn("rollback of a refused publish stopped part way; the volume watcher will finish it",
 					"volume_id", w.volID, "alloc_id", w.allocID, "error", err)
-				if wrote || errors.Is(err, structs.ErrOutcomeUnknown) {
+				if wrote || errors.Is(err, structs.ErrPartlyDone) {
 					return nil, fmt.Errorf("%w: the rollback stopped part way (%w), the volume watcher finishes it: %w",
-						structs.ErrOutcomeUnknown, err, claimStepError(w, step, lastErr))
+						structs.ErrPartlyDone, err, claimStepError(w, step, lastErr))
 				}
 			}
 			return nil, claimStepError(w, step, lastErr)
@@ -315,22 +315,24 @@ func (s *Server) walkClaim(ctx context.Context, w claimWalk) (*structs.CSIVolume
 }
 
 // partWay is the error of a claim walk that stops with err after it has
-// checkpointed the claim (wrote), last to state left: whatever err says, the call did
-// change the claim, and the change goes on without it (a retry resumes
-// from the checkpoint; the volume watcher finishes a release or rolls back
-// a reservation left behind). So it says the outcome is unknown, never
-// "nothing ran": a refusal such as "no leader" or "in progress" on its own
-// would let forward send the call again to the next leader, and the
-// caller would take that attempt's answer for the whole call's.
+// checkpointed the claim (wrote), last to state left: whatever err says,
+// the call did change the claim, and the change goes on without it (a
+// retry resumes from the checkpoint; the volume watcher finishes a release
+// or rolls back a reservation left behind). So it is marked
+// structs.ErrPartlyDone: a refusal such as "no leader" or "in progress" on
+// its own would let forward send the call again to the next leader, and
+// the caller would take that attempt's answer for the whole call's. What
+// stopped the walk still decides whether the caller retries, and how the
+// HTTP API answers.
 func partWay(wrote bool, left structs.CSIClaimState, err error) error {
-	if !wrote || errors.Is(err, structs.ErrOutcomeUnknown) {
+	if !wrote || errors.Is(err, structs.ErrPartlyDone) {
 		return err
 	}
 	if left == structs.CSIVolumeClaimStateFreed {
 		left = "freed"
 	}
 	return fmt.Errorf("%w: the claim was left %s, to be finished by a retry or the volume watcher: %w",
-		structs.ErrOutcomeUnknown, left, err)
+		structs.ErrPartlyDone, left, err)
 }
 
 // claimStepError is the error a failed step reports: the sentinel the core

@@ -388,13 +388,13 @@ func TestCSIVolume_FailedPublishRollsBack(t *testing.T) {
 }
 
 // A release that checkpointed the claim and then could not reach the
-// controller changed the claim even though it failed: the answer says the
-// outcome is unknown, so forward does not send it to the next leader as a
+// controller changed the claim even though it failed: the answer is marked
+// carried out in part, so forward does not send it to the next leader as a
 // call that never ran (where an "in progress" from the volume watcher's
 // walk of the same claim would read as "nothing changed", the chaos
 // history of 2026-12-07), and the claim is left where the walk stopped,
 // for the volume watcher to finish.
-func TestCSIVolume_ReleaseStoppedPartWaySaysOutcomeUnknown(t *testing.T) {
+func TestCSIVolume_ReleaseStoppedPartWaySaysSo(t *testing.T) {
 	f := newCSIFixture(t)
 	vol := f.volume(t, "data")
 	a := f.alloc(t, f.nodeB.ID)
@@ -409,8 +409,12 @@ func TestCSIVolume_ReleaseStoppedPartWaySaysOutcomeUnknown(t *testing.T) {
 	}), wait.Timeout(10*time.Second), wait.Gap(20*time.Millisecond)))
 
 	_, err = f.claim(vol.ID, a.ID, structs.CSIVolumeClaimStateUnpublishing, f.nodeB.SecretID)
-	must.ErrorIs(t, err, structs.ErrOutcomeUnknown)
-	must.True(t, structs.IsRetryable(err))
+	must.ErrorIs(t, err, structs.ErrPartlyDone)
+	// What stopped it still answers for it: no controller, which a client
+	// does not retry on the same session (it keeps the session), as before.
+	must.ErrorIs(t, err, structs.ErrCSIControllerUnavailable)
+	must.False(t, errors.Is(err, structs.ErrOutcomeUnknown), must.Sprint("the outcome is known: done in part"))
+	must.False(t, structs.IsRetryable(err))
 	must.False(t, forwardRetryable(err), must.Sprintf("forward would resend %v", err))
 	got, serr := f.srv.State().CSIVolumeByID(nil, structs.DefaultNamespace, vol.ID)
 	must.NoError(t, serr)
@@ -422,29 +426,31 @@ func TestPartWay(t *testing.T) {
 	lanesClosed := fmt.Errorf("csi plugin %q: unpublish: lanes closed: %w", "hostpath", structs.ErrNoLeader)
 	inProgress := fmt.Errorf("%w: allocation a, volume v", structs.ErrClaimInProgress)
 	cases := []struct {
-		name        string
-		wrote       bool
-		err         error
-		wantUnknown bool
+		name       string
+		wrote      bool
+		err        error
+		wantMarked bool
 	}{
 		{"nothing written, no leader: forward may resend", false, lanesClosed, false},
 		{"nothing written, in progress: a refusal", false, inProgress, false},
 		{"checkpointed, no leader", true, lanesClosed, true},
 		{"checkpointed, in progress", true, inProgress, true},
-		{"already unknown stays as it is", true, structs.ErrOutcomeUnknown, true},
+		{"already marked stays as it is", true, fmt.Errorf("%w: inner", structs.ErrPartlyDone), true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			got := partWay(tc.wrote, structs.CSIVolumeClaimStateNodeDetached, tc.err)
 			must.ErrorIs(t, got, tc.err, must.Sprint("the cause is kept"))
-			must.Eq(t, tc.wantUnknown, errors.Is(got, structs.ErrOutcomeUnknown))
+			must.Eq(t, tc.wantMarked, errors.Is(got, structs.ErrPartlyDone))
+			// The cause, not the mark, says whether a caller retries.
+			must.Eq(t, structs.IsRetryable(tc.err), structs.IsRetryable(got))
 			if errors.Is(tc.err, structs.ErrNoLeader) {
-				must.Eq(t, !tc.wantUnknown, forwardRetryable(got))
+				must.Eq(t, !tc.wantMarked, forwardRetryable(got))
 			}
 		})
 	}
 	must.EqError(t, partWay(true, structs.CSIVolumeClaimStateFreed, inProgress),
-		structs.ErrOutcomeUnknown.Error()+": the claim was left freed, to be finished by a retry or the volume watcher: "+inProgress.Error())
+		structs.ErrPartlyDone.Error()+": the claim was left freed, to be finished by a retry or the volume watcher: "+inProgress.Error())
 }
 
 // A lane call tells its client how long it may wait for its turn and run,

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"strings"
 	"time"
 
 	"github.com/roamhq/roam/internal/laneadmit"
@@ -259,14 +260,28 @@ func (c *CSIVolume) Delete(args *structs.CSIVolumeDeleteRequest, reply *structs.
 	}
 	ctx, cancel := srv.csiProvisionContext()
 	defer cancel()
+	var deleted []string
 	for _, id := range args.VolumeIDs {
 		index, err := srv.deleteVolume(ctx, id, args.WriteRequest)
 		if err != nil {
-			return err
+			return partlyDone(deleted, "deleted", fmt.Errorf("volume %q: %w", id, err))
 		}
+		deleted = append(deleted, id)
 		reply.Index = index
 	}
 	return nil
+}
+
+// partlyDone is the error of a call over several items that stopped with
+// err after the items in done were, marked structs.ErrPartlyDone: sent
+// again as a call that never ran, it would be refused for those (a volume
+// deleted is not found) or repeat them (a second snapshot), and the caller
+// would never hear what was done.
+func partlyDone(done []string, what string, err error) error {
+	if len(done) == 0 || errors.Is(err, structs.ErrPartlyDone) {
+		return err
+	}
+	return fmt.Errorf("%w: %s %s first, then: %w", structs.ErrPartlyDone, what, strings.Join(done, ", "), err)
 }
 
 // deleteVolume deletes one volume at the controller and deregisters it.
@@ -370,7 +385,10 @@ func (c *CSIVolume) Unpublish(args *structs.CSIVolumeUnpublishRequest, reply *st
 		}
 		reply.Released = append(reply.Released, allocID)
 	}
-	return errors.Join(errs...)
+	if len(errs) == 0 {
+		return nil
+	}
+	return partlyDone(reply.Released, "released the claims of", errors.Join(errs...))
 }
 
 // knownPlugin refuses an empty or unknown plugin ID as a bad request.
@@ -452,14 +470,23 @@ func (c *CSIVolume) CreateSnapshot(args *structs.CSISnapshotCreateRequest, reply
 			return srv.clientRPC(ctx, cn.ID, "ClientCSI.ControllerCreateSnapshot", &req, &resp)
 		})
 		if err != nil {
-			return fmt.Errorf("snapshotting volume %q: %w", v.ID, err)
+			return partlyDone(snapshotIDs(reply.Snapshots), "took snapshots", fmt.Errorf("snapshotting volume %q: %w", v.ID, err))
 		}
 		if resp.Snapshot == nil {
-			return fmt.Errorf("snapshotting volume %q: plugin %q answered without a snapshot", v.ID, v.PluginID)
+			return partlyDone(snapshotIDs(reply.Snapshots), "took snapshots",
+				fmt.Errorf("snapshotting volume %q: plugin %q answered without a snapshot", v.ID, v.PluginID))
 		}
 		reply.Snapshots = append(reply.Snapshots, resp.Snapshot)
 	}
 	return nil
+}
+
+func snapshotIDs(snaps []*structs.CSISnapshot) []string {
+	out := make([]string, 0, len(snaps))
+	for _, sn := range snaps {
+		out = append(out, sn.ID)
+	}
+	return out
 }
 
 // defaultSnapshotName names a snapshot of volume id taken at now: the ID

@@ -1,6 +1,7 @@
 package nomad
 
 import (
+	"fmt"
 	"math"
 	"testing"
 
@@ -218,4 +219,23 @@ func TestCSIVolume_CreateCapacityOutOfRange(t *testing.T) {
 	err = s.RPC("CSIVolume.Create", &structs.CSIVolumeCreateRequest{Volumes: []*structs.CSIVolume{v}}, &resp)
 	must.ErrorIs(t, err, structs.ErrInvalidRequest)
 	must.StrContains(t, err.Error(), "capacity_min -1")
+}
+
+// A call over several volumes that stops after some were done says so:
+// sent again as a call that never ran, the next leader would refuse it as
+// "volume not found" for the ones already deleted, or snapshot them twice.
+func TestPartlyDone(t *testing.T) {
+	noLeader := fmt.Errorf("volume %q: lanes closed: %w", "b", structs.ErrNoLeader)
+	got := partlyDone([]string{"a"}, "deleted", noLeader)
+	must.ErrorIs(t, got, structs.ErrPartlyDone)
+	must.ErrorIs(t, got, structs.ErrNoLeader, must.Sprint("the cause is kept"))
+	must.False(t, forwardRetryable(got), must.Sprint("forward would send it again"))
+	must.EqError(t, got, structs.ErrPartlyDone.Error()+`: deleted a first, then: `+noLeader.Error())
+
+	// Nothing done first: the plain error, which forward may send again.
+	must.Eq(t, noLeader, partlyDone(nil, "deleted", noLeader))
+	must.True(t, forwardRetryable(partlyDone(nil, "deleted", noLeader)))
+	// Marked once only.
+	twice := partlyDone([]string{"b"}, "deleted", got)
+	must.Eq(t, got, twice)
 }

@@ -82,12 +82,14 @@ func (s *Server) forward(method string, info structs.RPCInfo, args, reply any) (
 // before writing. A lost connection or lost leadership mid-write goes back
 // to the caller as retryable instead. An error carries every sentinel its
 // sender's error wrapped, so one that says "no leader" may also say the
-// outcome is unknown; the latter wins.
+// outcome is unknown, or that the call was carried out in part
+// (structs.ErrPartlyDone); those win.
 func forwardRetryable(err error) bool {
 	if errors.Is(err, errDial) {
 		return true
 	}
 	return errors.Is(err, structs.ErrNoLeader) && !errors.Is(err, structs.ErrOutcomeUnknown) &&
+		!errors.Is(err, structs.ErrPartlyDone) &&
 		!errors.Is(err, errConnLost) && !errors.Is(err, context.DeadlineExceeded)
 }
 

@@ -55,6 +55,13 @@ var (
 	// already being taken on the agent asked (the runtime takes one at a
 	// time); retryable once it ends.
 	ErrProfileInProgress = errors.New("a CPU profile or trace is already being taken on this agent")
+	// ErrPartlyDone marks an error from a call that changed state before it
+	// failed (a claim walk that checkpointed, the first of several volumes
+	// deleted): the error it wraps says why it stopped, and this says the
+	// call must not be taken for one that never ran. A server never sends
+	// such a call again on its own (nomad's forwardRetryable), and a caller
+	// that checks outcomes counts it as changed, or possibly changed.
+	ErrPartlyDone = errors.New("the call was carried out in part")
 )
 
 // sentinelCode is a sentinel and its wire code.
@@ -91,6 +98,8 @@ var sentinelCodes = append(append([]sentinelCode{
 	sentinelCode{ErrJobTooLarge, "job_too_large"},
 	sentinelCode{ErrEventsDropped, "events_dropped"},
 	sentinelCode{ErrInvalidRequest, "invalid_request"},
+	// Last: the error it marks says what went wrong, and answers for it.
+	sentinelCode{ErrPartlyDone, "partly_done"},
 )
 
 // Sentinels returns every sentinel error of this package, most specific

@@ -89,6 +89,9 @@ var sentinelAnswers = map[error]errorAnswer{
 	structs.ErrJobTooLarge:      {http.StatusBadRequest, false},
 	structs.ErrEventsDropped:    {http.StatusGone, false},
 	structs.ErrInvalidRequest:   {http.StatusBadRequest, false},
+	// Only when what stopped the call has no answer of its own: the
+	// servers, or the same call again, finish what was begun.
+	structs.ErrPartlyDone: {http.StatusServiceUnavailable, true},
 }
 
 // errorStatus maps an error to its HTTP status and the message to answer

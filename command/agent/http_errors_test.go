@@ -88,6 +88,11 @@ func TestHTTP_ErrorAnswers(t *testing.T) {
 		{"agent shutting down", errShuttingDown, http.StatusServiceUnavailable, true, "agent is shutting down"},
 		{"bad request", badRequest("bad %s", "thing"), http.StatusBadRequest, false, "bad thing"},
 		{"no sentinel", errors.New("boom"), http.StatusInternalServerError, false, "boom"},
+		// Done in part, then refused: the refusal answers, not the mark.
+		{"partly done, then refused", overRPC(fmt.Errorf("%w: left node-detached: %w", structs.ErrPartlyDone, structs.ErrCSIFailedPrecondition)),
+			http.StatusConflict, false, structs.ErrPartlyDone.Error() + ": left node-detached: " + structs.ErrCSIFailedPrecondition.Error()},
+		{"partly done, plain cause", overRPC(fmt.Errorf("%w: boom", structs.ErrPartlyDone)),
+			http.StatusServiceUnavailable, true, structs.ErrPartlyDone.Error() + ": boom"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
