@@ -66,8 +66,11 @@ func (a *Agent) Profile(args *structs.AgentProfileRequest, reply *structs.AgentP
 		}
 	} else {
 		req := profile.Request{Kind: args.Kind, Seconds: args.Seconds, Debug: args.Debug, GC: args.GC}
-		ctx, cancel := context.WithTimeout(srv.shutdownCtx, args.CallTimeout())
+		// The caller's context, so a caller that leaves frees the
+		// profiler at once, and the server's.
+		ctx, cancel := context.WithTimeout(callerContext(args), args.CallTimeout())
 		defer cancel()
+		defer context.AfterFunc(srv.shutdownCtx, cancel)()
 		if err := profile.Take(ctx, req, &buf); err != nil {
 			return fmt.Errorf("server %s: %s: %w", srv.config.NodeName, args.Kind, err)
 		}
@@ -92,7 +95,8 @@ func (a *Agent) forwardProfile(id string, args *structs.AgentProfileRequest, rep
 	}
 	fwd := *args
 	fwd.ServerID, fwd.Forwarded = id, true
-	ctx, cancel := context.WithTimeout(srv.shutdownCtx, args.CallTimeout())
+	ctx, cancel := context.WithTimeout(callerContext(args), args.CallTimeout())
 	defer cancel()
+	defer context.AfterFunc(srv.shutdownCtx, cancel)()
 	return srv.connPool.RPC(ctx, addr, "Agent.Profile", &fwd, reply)
 }

@@ -51,10 +51,10 @@ var (
 	// disk, an I/O error). The write was not acknowledged nor applied; the
 	// server stops, and another leads meanwhile. Retryable.
 	ErrRaftLogWrite = errors.New("the server could not write its raft log")
-	// ErrProfileInProgress means a CPU profile or an execution trace is
-	// already being taken on the agent asked (the runtime takes one at a
-	// time); retryable once it ends.
-	ErrProfileInProgress = errors.New("a CPU profile or trace is already being taken on this agent")
+	// ErrProfileInProgress means the agent asked is already taking as many
+	// profiles as it allows (one CPU profile or trace, which is all the
+	// runtime takes at a time; a few named ones); retryable once one ends.
+	ErrProfileInProgress = errors.New("this agent is already taking as many profiles as it allows")
 	// ErrPartlyDone marks an error from a call that changed state before it
 	// failed (a claim walk that checkpointed, the first of several volumes
 	// deleted): the error it wraps says why it stopped, and this says the

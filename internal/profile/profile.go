@@ -47,12 +47,18 @@ const (
 var ErrInvalid = errors.New("invalid profile request")
 
 // ErrBusy means a CPU profile or a trace is already being taken in this
-// process. It is structs.ErrProfileInProgress, so that servers answer it
-// with that sentinel's wire code.
+// process, or MaxNamed named profiles are. It is
+// structs.ErrProfileInProgress, so that servers answer it with that
+// sentinel's wire code (HTTP 409).
 var ErrBusy = structs.ErrProfileInProgress
 
-// ErrTooLarge means the profile outgrew MaxBytes.
-var ErrTooLarge = fmt.Errorf("profile larger than %d bytes", MaxBytes)
+// MaxNamed bounds the named profiles taken at once: a goroutine dump stops
+// the world and may run to MaxBytes, copied again on its way out.
+const MaxNamed = 2
+
+// ErrTooLarge means the profile outgrew MaxBytes: a refusal of the request
+// (structs.ErrInvalidRequest), which a smaller one (debug=0) may avoid.
+var ErrTooLarge = fmt.Errorf("%w: profile larger than %d bytes; ask for the binary format (debug=0)", structs.ErrInvalidRequest, MaxBytes)
 
 // Request is one profile to take.
 type Request struct {
@@ -94,8 +100,12 @@ func (r Request) Validate() error {
 // format (or a trace).
 func (r Request) Text() bool { return r.Debug > 0 }
 
-// timed holds the one CPU profile or trace this process may take.
-var timed sync.Mutex
+// timed holds the one CPU profile or trace this process may take; named
+// the slots of the named profiles.
+var (
+	timed sync.Mutex
+	named = make(chan struct{}, MaxNamed)
+)
 
 // Take writes r's profile to w. A CPU profile or a trace stops early,
 // with ctx's error, when ctx ends; output past MaxBytes fails it with
@@ -138,6 +148,12 @@ func Take(ctx context.Context, r Request, w io.Writer) error {
 			return fmt.Errorf("%s stopped early: %w", r.Kind, err)
 		}
 		return nil
+	}
+	select {
+	case named <- struct{}{}:
+		defer func() { <-named }()
+	default:
+		return fmt.Errorf("%w: %d named profiles are being taken", ErrBusy, MaxNamed)
 	}
 	if r.GC {
 		runtime.GC()

@@ -120,3 +120,19 @@ func TestLimitWriter(t *testing.T) {
 	must.Eq(t, "12345", buf.String())
 	must.True(t, strings.Contains(ErrTooLarge.Error(), "67108864"))
 }
+
+// Named profiles are taken MaxNamed at a time; one more is refused, not
+// queued.
+func TestTake_NamedProfilesBounded(t *testing.T) {
+	for range MaxNamed {
+		named <- struct{}{}
+	}
+	var buf bytes.Buffer
+	err := Take(t.Context(), Request{Kind: "goroutine", Debug: 2}, &buf)
+	must.ErrorIs(t, err, ErrBusy)
+	must.Zero(t, buf.Len())
+	for range MaxNamed {
+		<-named
+	}
+	must.NoError(t, Take(t.Context(), Request{Kind: "goroutine", Debug: 2}, &buf))
+}
