@@ -2,7 +2,6 @@ package agent
 
 import (
 	"bytes"
-	"errors"
 	"net/http"
 	"net/http/pprof"
 	"net/url"
@@ -90,7 +89,9 @@ func (s *HTTPServer) agentPprof(w http.ResponseWriter, r *http.Request) (any, er
 		}
 		var buf bytes.Buffer
 		if err := profile.Take(r.Context(), req, &buf); err != nil {
-			return nil, profileError(err)
+			// A busy profiler is structs.ErrProfileInProgress (409), one
+			// too large structs.ErrInvalidRequest (400): errorStatus.
+			return nil, err
 		}
 		payload, name = buf.Bytes(), s.agent.config.Name
 		if srv := s.agent.Server(); srv != nil {
@@ -106,16 +107,6 @@ func (s *HTTPServer) agentPprof(w http.ResponseWriter, r *http.Request) (any, er
 	w.Header().Set("X-Roam-Server-Name", name)
 	_, _ = w.Write(payload)
 	return nil, nil
-}
-
-// profileError answers a local profile that failed. A busy profiler is
-// structs.ErrProfileInProgress, which errorStatus answers 409.
-func profileError(err error) error {
-	switch {
-	case errors.Is(err, profile.ErrInvalid):
-		return badRequest("%v", err)
-	}
-	return err
 }
 
 // intParam reads a non-negative integer query parameter, 0 when absent.
