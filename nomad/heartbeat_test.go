@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/shoenig/test/must"
 	"github.com/shoenig/test/wait"
 
+	"github.com/roamhq/roam/nomad/heartbeatlag"
 	"github.com/roamhq/roam/state"
 	"github.com/roamhq/roam/structs"
 )
@@ -477,7 +479,7 @@ func TestHeartbeat_ArmKnownAfterDuties(t *testing.T) {
 	registerNodeRetry(t, s, late)
 
 	h := s.heartbeats
-	timerOf := func(id string) *time.Timer {
+	timerOf := func(id string) *nodeTimer {
 		h.mu.Lock()
 		defer h.mu.Unlock()
 		return h.timers[id]
@@ -497,6 +499,137 @@ func TestHeartbeat_ArmKnownAfterDuties(t *testing.T) {
 
 	must.NoError(t, h.armKnown(ctx))
 	must.NotNil(t, timerOf(late.ID), must.Sprint("known node left without a timer"))
-	// Pointer identity: time.Timer values compare deeply equal.
+	// Pointer identity: timers compare deeply equal.
 	must.True(t, heartbeatTimer == timerOf(early.ID), must.Sprint("the heartbeat's timer was replaced by the failover TTL"))
+}
+
+// lagConfig gives TTLs long enough that a heartbeat can be sent late
+// (after its TTL, inside the grace) on purpose, with room either side.
+func lagConfig(c *Config) {
+	c.MinHeartbeatTTL = time.Second
+	c.HeartbeatGrace = time.Second
+	c.FailoverHeartbeatTTL = time.Second
+}
+
+// heartbeatEvery heartbeats n until ctx ends, each heartbeat after(ttl)
+// after the answer to the one before.
+func heartbeatEvery(ctx context.Context, s *Server, n *structs.Node, first time.Duration, after func(ttl time.Duration) time.Duration, errs chan<- error) {
+	next := first
+	for {
+		timer := time.NewTimer(next)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return
+		case <-timer.C:
+		}
+		resp, err := heartbeat(s, n, structs.NodeStatusReady)
+		if err != nil {
+			errs <- err
+			return
+		}
+		next = after(resp.HeartbeatTTL)
+	}
+}
+
+// A leader whose heartbeats arrive late, many of them, is behind: a node
+// whose timer runs out then is not marked down at once but has its TTL
+// extended, heartbeatlag.MaxExtensions times at most, and is marked down
+// after that if it stays silent. The late nodes are never marked down.
+func TestHeartbeat_BehindLeaderExtendsBeforeMarkingDown(t *testing.T) {
+	srv := testServer(t, lagConfig)
+	cfg := srv.Config()
+	waitForLeaderDuties(t, srv)
+
+	silent := testNode("silent")
+	late := make([]*structs.Node, 2*heartbeatlag.MinLate)
+	for i := range late {
+		late[i] = testNode(fmt.Sprintf("late-%d", i))
+		registerNodeRetry(t, srv, late[i])
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	errs := make(chan error, len(late))
+	var wg sync.WaitGroup
+	for _, n := range late {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			// Half way through the grace: late, yet in time.
+			heartbeatEvery(ctx, srv, n, 0, func(ttl time.Duration) time.Duration { return ttl + cfg.HeartbeatGrace/2 }, errs)
+		}()
+	}
+	defer func() { cancel(); wg.Wait() }()
+	registerNodeRetry(t, srv, silent)
+
+	// Its timer runs out while the others' heartbeats come late: extended.
+	must.Wait(t, wait.InitialSuccess(
+		wait.BoolFunc(func() bool { return srv.heartbeats.extensions.Load() >= 1 }),
+		wait.Timeout(4*(cfg.MinHeartbeatTTL+cfg.HeartbeatGrace)),
+		wait.Gap(10*time.Millisecond),
+	), must.Sprint("no TTL was extended while the leader was behind"))
+	must.NoError(t, nodeStatusIs(srv, silent.ID, structs.NodeStatusReady)())
+
+	// Still silent after every extension: marked down after all.
+	must.Wait(t, wait.InitialSuccess(
+		wait.ErrorFunc(nodeStatusIs(srv, silent.ID, structs.NodeStatusDown)),
+		wait.Timeout(time.Duration(heartbeatlag.MaxExtensions+3)*(cfg.FailoverHeartbeatTTL+cfg.HeartbeatGrace)),
+		wait.Gap(20*time.Millisecond),
+	))
+	must.LessEq(t, int64(heartbeatlag.MaxExtensions), srv.heartbeats.extensions.Load())
+	for _, n := range late {
+		must.NoError(t, nodeStatusIs(srv, n.ID, structs.NodeStatusReady)(), must.Sprint("a late node was marked down"))
+	}
+	select {
+	case err := <-errs:
+		t.Fatalf("heartbeat: %v", err)
+	default:
+	}
+}
+
+// A zone outage is not a slow leader: the other nodes heartbeat on time,
+// so the silent ones are marked down within their TTL and grace, with no
+// extension.
+func TestHeartbeat_ZoneOutageIsNotALateLeader(t *testing.T) {
+	srv := testServer(t, lagConfig)
+	cfg := srv.Config()
+	waitForLeaderDuties(t, srv)
+
+	live := make([]*structs.Node, 2*heartbeatlag.MinLate)
+	for i := range live {
+		live[i] = testNode(fmt.Sprintf("live-%d", i))
+		registerNodeRetry(t, srv, live[i])
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	errs := make(chan error, len(live))
+	var wg sync.WaitGroup
+	for _, n := range live {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			heartbeatEvery(ctx, srv, n, 0, func(ttl time.Duration) time.Duration { return ttl / 2 }, errs)
+		}()
+	}
+	defer func() { cancel(); wg.Wait() }()
+	zone := make([]*structs.Node, 5)
+	for i := range zone {
+		zone[i] = testNode(fmt.Sprintf("zone-%d", i))
+		registerNodeRetry(t, srv, zone[i])
+	}
+	bound := cfg.MinHeartbeatTTL*5/4 + cfg.HeartbeatGrace + time.Second
+	for _, n := range zone {
+		must.Wait(t, wait.InitialSuccess(
+			wait.ErrorFunc(nodeStatusIs(srv, n.ID, structs.NodeStatusDown)),
+			wait.Timeout(bound),
+			wait.Gap(10*time.Millisecond),
+		), must.Sprintf("node %s of the lost zone not down within %s", n.Name, bound))
+	}
+	must.Eq(t, int64(0), srv.heartbeats.extensions.Load())
+	for _, n := range live {
+		must.NoError(t, nodeStatusIs(srv, n.ID, structs.NodeStatusReady)())
+	}
+	select {
+	case err := <-errs:
+		t.Fatalf("heartbeat: %v", err)
+	default:
+	}
 }
