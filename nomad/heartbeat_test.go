@@ -537,6 +537,7 @@ func heartbeatEvery(ctx context.Context, s *Server, n *structs.Node, first time.
 // extended, heartbeatlag.MaxExtensions times at most, and is marked down
 // after that if it stays silent. The late nodes are never marked down.
 func TestHeartbeat_BehindLeaderExtendsBeforeMarkingDown(t *testing.T) {
+	t.Parallel()
 	srv := testServer(t, lagConfig)
 	cfg := srv.Config()
 	waitForLeaderDuties(t, srv)
@@ -590,6 +591,7 @@ func TestHeartbeat_BehindLeaderExtendsBeforeMarkingDown(t *testing.T) {
 // so the silent ones are marked down within their TTL and grace, with no
 // extension.
 func TestHeartbeat_ZoneOutageIsNotALateLeader(t *testing.T) {
+	t.Parallel()
 	srv := testServer(t, lagConfig)
 	cfg := srv.Config()
 	waitForLeaderDuties(t, srv)
