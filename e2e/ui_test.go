@@ -87,10 +87,11 @@ func TestUI_VolumeClaimLive(t *testing.T) {
 		document.querySelector('#claim-timeline li[data-state="freed"]') !== null`))
 	must.NoError(t, b.waitJS(time.Second, `window.__noReload === true`), must.Sprint("the page reloaded"))
 	// From the event stream the timeline saw every checkpointed state, in
-	// order: publishing, taken, unpublishing (and the detaches), freed.
+	// order: publishing, taken, node-detached (after unpublishing when the
+	// volume watcher, not the client, began the release), freed.
 	must.NoError(t, b.waitJS(time.Second, `(function () {
   var s = Array.prototype.map.call(document.querySelectorAll("#claim-timeline li"), function (li) { return li.getAttribute("data-state"); });
-  var want = ["publishing", "taken", "unpublishing", "freed"], at = -1;
+  var want = ["publishing", "taken", "node-detached", "freed"], at = -1;
   for (var i = 0; i < want.length; i++) { var j = s.indexOf(want[i]); if (j <= at) return false; at = j; }
   return true;
 })()`))

@@ -215,9 +215,10 @@ func (s *Server) settleStaleClaims(ctx context.Context, vol *structs.CSIVolume, 
 	return latest, busy, nil
 }
 
-// releaseClaim walks a claim down to freed: unpublishing, node-detached
-// (the node plugin unpublished and unstaged; skipped when nodeReleased or
-// the node is gone or down), controller-detached, then freed. It starts
+// releaseClaim walks a claim down to freed: unpublishing and the node
+// detach (skipped when nodeReleased or the node is gone or down: the walk
+// starts at node-detached), node-detached, the controller unpublish, then
+// freed. It starts
 // only once csiclaim.Releasable allows (or the claim's own node asked,
 // nodeReleased); until then it fails with structs.ErrCSIClaimInUse and
 // changes nothing. Every step is a checkpoint; a call that fails leaves

@@ -29,7 +29,11 @@ const (
 // Claim states. Each is checkpointed in Raft, so a new leader continues a
 // claim where the old one stopped:
 //
-//	publishing → taken → unpublishing → node-detached → controller-detached → freed
+//	publishing → taken → [unpublishing →] node-detached → freed
+//
+// A release asks the node to let go (unpublishing) only when the node has
+// not done so itself and is up. controller-detached is no longer written;
+// a claim stored in it by an earlier build is freed next.
 //
 // A claim in publishing holds capacity but has no confirmed controller
 // publish; a failed publish removes it. The next step from each state is

@@ -73,7 +73,7 @@ var uiTemplates = template.Must(template.New("ui").Funcs(template.FuncMap{
 </table>
 {{else}}<p class="empty" id="no-claims">No claims: the volume is free.</p>{{end}}
 <h2 id="timeline-h">Claim timeline</h2>
-<p class="hint">Each claim's states as this page saw them: <code>publishing → taken → unpublishing → node-detached → controller-detached → freed</code>.</p>
+<p class="hint">Each claim's states as this page saw them: <code>publishing → taken → [unpublishing →] node-detached → freed</code>.</p>
 <ol id="claim-timeline" class="timeline" aria-labelledby="timeline-h"></ol>
 {{end}}
 

@@ -322,15 +322,20 @@ func nextRelease(in Input) Step {
 			}
 			return Step{Action: ActionWait, Reason: WhyHeld(in.Alloc), Err: structs.ErrCSIClaimInUse}
 		}
+		// With nothing to ask of the node, the walk starts at
+		// node-detached: one Raft write fewer than by way of unpublishing,
+		// which would say no more.
+		if step, ok := nodeAlreadyDetached(in); ok {
+			return step
+		}
 		return checkpoint(structs.CSIVolumeClaimStateUnpublishing, "the allocation's tasks are gone")
 	case structs.CSIVolumeClaimStateUnpublishing:
 		// Once the walk has begun it goes on: whoever began it saw the
 		// allocation's tasks gone.
+		if step, ok := nodeAlreadyDetached(in); ok {
+			return step
+		}
 		switch {
-		case in.NodeReleased:
-			return checkpoint(structs.CSIVolumeClaimStateNodeDetached, "the node unpublished the volume itself")
-		case nodeGoneOrDown(in.Node):
-			return checkpoint(structs.CSIVolumeClaimStateNodeDetached, "the node is down or gone; its mounts went with it")
 		case in.Last.Call == CallNodeDetach && in.Last.Result == ResultOK:
 			return checkpoint(structs.CSIVolumeClaimStateNodeDetached, "the node unpublished the volume")
 		case in.Last.Call == CallNodeDetach:
@@ -339,8 +344,12 @@ func nextRelease(in Input) Step {
 		return call(CallNodeDetach, "unpublish and unstage on the node")
 	case structs.CSIVolumeClaimStateNodeDetached:
 		switch {
+		// Nothing is left to do once the controller has let go, so the
+		// claim is freed at once, not by way of controller-detached: a
+		// leader that stops before the write leaves it node-detached, and
+		// the next walk unpublishes again, which the spec makes idempotent.
 		case in.Last.Call == CallControllerUnpublish && in.Last.Result == ResultOK:
-			return checkpoint(structs.CSIVolumeClaimStateControllerDetached, "the controller unpublished the volume")
+			return checkpoint(structs.CSIVolumeClaimStateFreed, "the controller unpublished the volume")
 		case in.Last.Call == CallControllerUnpublish:
 			return fail(nil, fmt.Sprintf("controller unpublish %s; retry later", in.Last.Result))
 		case in.Plugin == nil:
@@ -349,13 +358,28 @@ func nextRelease(in Input) Step {
 			return fail(structs.ErrCSIControllerUnavailable,
 				fmt.Sprintf("no node reports plugin %q; the controller detach waits for it", in.PluginID))
 		case !in.Plugin.ControllerRequired:
-			return checkpoint(structs.CSIVolumeClaimStateControllerDetached, "the plugin needs no controller unpublish")
+			return checkpoint(structs.CSIVolumeClaimStateFreed, "the plugin needs no controller unpublish")
 		}
 		return call(CallControllerUnpublish, "unpublish at the controller")
 	case structs.CSIVolumeClaimStateControllerDetached:
+		// No longer written, but a claim stored by an older server, or
+		// restored from its snapshot, may still be here.
 		return checkpoint(structs.CSIVolumeClaimStateFreed, "the volume is detached")
 	}
 	return fail(structs.ErrInvalidRequest, fmt.Sprintf("unknown claim state %q", in.Claim.State))
+}
+
+// nodeAlreadyDetached is the checkpoint of a release that has nothing to
+// ask of the claim's node: the node unpublished the volume itself, or it
+// is down or gone and its mounts went with it.
+func nodeAlreadyDetached(in Input) (Step, bool) {
+	switch {
+	case in.NodeReleased:
+		return checkpoint(structs.CSIVolumeClaimStateNodeDetached, "the node unpublished the volume itself"), true
+	case nodeGoneOrDown(in.Node):
+		return checkpoint(structs.CSIVolumeClaimStateNodeDetached, "the node is down or gone; its mounts went with it"), true
+	}
+	return Step{}, false
 }
 
 func fail(sentinel error, why string) Step {

@@ -170,16 +170,15 @@ const (
 
 func steps(s ...string) string { return strings.Join(s, ", ") }
 
+// A release writes at most three checkpoints: unpublishing (only when the
+// node has to be asked to let go), node-detached and freed.
 var (
 	fullRelease = steps("checkpoint unpublishing", "call node-detach", "checkpoint node-detached",
-		"call controller-unpublish", "checkpoint controller-detached", "checkpoint freed", "done")
-	fencedRelease = steps("checkpoint unpublishing", "checkpoint node-detached",
-		"call controller-unpublish", "checkpoint controller-detached", "checkpoint freed", "done")
-	fromUnpublishing = steps("call node-detach", "checkpoint node-detached",
-		"call controller-unpublish", "checkpoint controller-detached", "checkpoint freed", "done")
-	fromNodeDetached = steps("call controller-unpublish", "checkpoint controller-detached", "checkpoint freed", "done")
-	rollback         = steps("rollback", "checkpoint unpublishing", "checkpoint node-detached",
-		"call controller-unpublish", "checkpoint controller-detached", "checkpoint freed", "done")
+		"call controller-unpublish", "checkpoint freed", "done")
+	fencedRelease    = steps("checkpoint node-detached", "call controller-unpublish", "checkpoint freed", "done")
+	fromUnpublishing = steps("call node-detach", "checkpoint node-detached", "call controller-unpublish", "checkpoint freed", "done")
+	fromNodeDetached = steps("call controller-unpublish", "checkpoint freed", "done")
+	rollback         = steps("rollback", "checkpoint node-detached", "call controller-unpublish", "checkpoint freed", "done")
 )
 
 // releaseTable is every (state, event) pair of a release: what the
@@ -202,7 +201,7 @@ var releaseTable = map[structs.CSIClaimState]map[event]string{
 		evNodeReleased:  fencedRelease,
 		evPluginAbsent:  steps("checkpoint unpublishing", "call node-detach", "checkpoint node-detached", unavailable),
 		evNoController: steps("checkpoint unpublishing", "call node-detach", "checkpoint node-detached",
-			"checkpoint controller-detached", "checkpoint freed", "done"),
+			"checkpoint freed", "done"),
 		evRetryable:    steps("checkpoint unpublishing", "call node-detach", "fail"),
 		evFinal:        steps("checkpoint unpublishing", "call node-detach", "fail"),
 		evUnknown:      steps("checkpoint unpublishing", "call node-detach", "fail"),
@@ -220,7 +219,7 @@ var releaseTable = map[structs.CSIClaimState]map[event]string{
 		evNodeReleased:  fencedRelease,
 		evPluginAbsent:  steps("checkpoint unpublishing", "call node-detach", "checkpoint node-detached", unavailable),
 		evNoController: steps("checkpoint unpublishing", "call node-detach", "checkpoint node-detached",
-			"checkpoint controller-detached", "checkpoint freed", "done"),
+			"checkpoint freed", "done"),
 		evRetryable:    steps("checkpoint unpublishing", "call node-detach", "fail"),
 		evFinal:        steps("checkpoint unpublishing", "call node-detach", "fail"),
 		evUnknown:      steps("checkpoint unpublishing", "call node-detach", "fail"),
@@ -239,14 +238,13 @@ var releaseTable = map[structs.CSIClaimState]map[event]string{
 		evNodeGone:      steps("checkpoint node-detached", fromNodeDetached),
 		evNodeReleased:  steps("checkpoint node-detached", fromNodeDetached),
 		evPluginAbsent:  steps("call node-detach", "checkpoint node-detached", unavailable),
-		evNoController: steps("call node-detach", "checkpoint node-detached", "checkpoint controller-detached",
-			"checkpoint freed", "done"),
-		evRetryable:    steps("call node-detach", "fail"),
-		evFinal:        steps("call node-detach", "fail"),
-		evUnknown:      steps("call node-detach", "fail"),
-		evPublishStale: fromUnpublishing,
-		evSibling:      fromUnpublishing,
-		evStampOld:     fromUnpublishing,
+		evNoController:  steps("call node-detach", "checkpoint node-detached", "checkpoint freed", "done"),
+		evRetryable:     steps("call node-detach", "fail"),
+		evFinal:         steps("call node-detach", "fail"),
+		evUnknown:       steps("call node-detach", "fail"),
+		evPublishStale:  fromUnpublishing,
+		evSibling:       fromUnpublishing,
+		evStampOld:      fromUnpublishing,
 	},
 	structs.CSIVolumeClaimStateNodeDetached: {
 		evRunning:       fromNodeDetached,
@@ -257,7 +255,7 @@ var releaseTable = map[structs.CSIClaimState]map[event]string{
 		evNodeGone:      fromNodeDetached,
 		evNodeReleased:  fromNodeDetached,
 		evPluginAbsent:  unavailable, // freeing now could leave it attached with no claim
-		evNoController:  steps("checkpoint controller-detached", "checkpoint freed", "done"),
+		evNoController:  steps("checkpoint freed", "done"),
 		evRetryable:     steps("call controller-unpublish", "fail"),
 		evFinal:         steps("call controller-unpublish", "fail"),
 		evUnknown:       steps("call controller-unpublish", "fail"),
@@ -265,6 +263,7 @@ var releaseTable = map[structs.CSIClaimState]map[event]string{
 		evSibling:       fromNodeDetached,
 		evStampOld:      fromNodeDetached,
 	},
+	// No longer written; stored by an older server.
 	structs.CSIVolumeClaimStateControllerDetached: {
 		evRunning: "checkpoint freed, done", evStopRequested: "checkpoint freed, done",
 		evExited: "checkpoint freed, done", evAllocGone: "checkpoint freed, done",
@@ -385,6 +384,7 @@ func TestNext_ResumesAfterLeaderChange(t *testing.T) {
 					b.Last = Outcome{}
 					switch step.Action {
 					case ActionCheckpoint:
+						repeated = ""
 						if step.State == structs.CSIVolumeClaimStateFreed {
 							b.Claim = nil
 							continue
@@ -395,7 +395,6 @@ func TestNext_ResumesAfterLeaderChange(t *testing.T) {
 						}
 						c.State = step.State
 						b.Claim = &c
-						repeated = ""
 					case ActionCall:
 						b.Last = Outcome{Call: step.Call, Result: ResultOK}
 						repeated = step.String()
