@@ -2,6 +2,7 @@ package rawexec
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -154,6 +155,12 @@ type TaskConfig struct {
 	// KillTimeout is how long Kill waits before SIGKILL; 0 means
 	// DefaultKillTimeout.
 	KillTimeout time.Duration
+	// Launcher, when set, names the registered Launcher the executor
+	// starts the task with, and LaunchConfig is its configuration
+	// (encoded as JSON). Command is then passed on as it is, to be
+	// resolved by the launcher, and must be absolute.
+	Launcher     string
+	LaunchConfig any
 }
 
 // Start starts the task under a new executor and returns once the task is
@@ -190,9 +197,19 @@ func (d *Driver) Start(ctx context.Context, cfg TaskConfig) (*Handle, error) {
 		return fail(fmt.Errorf("task dir: %w", err))
 	}
 	env := taskEnv(cfg.Env)
-	command, err := resolveCommand(cfg.Command, dir, env)
-	if err != nil {
-		return fail(err)
+	command := cfg.Command
+	var launchConfig json.RawMessage
+	if cfg.Launcher == "" {
+		if command, err = resolveCommand(cfg.Command, dir, env); err != nil {
+			return fail(err)
+		}
+	} else {
+		if !filepath.IsAbs(command) {
+			return fail(fmt.Errorf("launcher %q: command %q is not absolute", cfg.Launcher, command))
+		}
+		if launchConfig, err = json.Marshal(cfg.LaunchConfig); err != nil {
+			return fail(fmt.Errorf("launcher %q: encode config: %w", cfg.Launcher, err))
+		}
 	}
 
 	exeDir := filepath.Join(dir, executorDirName)
@@ -228,6 +245,9 @@ func (d *Driver) Start(ctx context.Context, cfg TaskConfig) (*Handle, error) {
 		StatePath:  filepath.Join(exeDir, "state.json"),
 		ExitPath:   filepath.Join(exeDir, "exit.json"),
 		LockFD:     executorLockFD,
+
+		Launcher:     cfg.Launcher,
+		LaunchConfig: launchConfig,
 	}
 	if err := d.clearPrevious(spec.StatePath, spec.ExitPath); err != nil {
 		return fail(err)

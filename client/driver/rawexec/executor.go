@@ -1,10 +1,10 @@
 package rawexec
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"os/signal"
 	"syscall"
 	"time"
@@ -28,6 +28,11 @@ type executorSpec struct {
 	ExitPath   string
 	// Credential, when set, is who the task runs as.
 	Credential *taskCredential `json:",omitempty"`
+	// Launcher names the registered Launcher that starts the task (see
+	// launcher.go), with its LaunchConfig; empty means a plain host
+	// process.
+	Launcher     string          `json:",omitempty"`
+	LaunchConfig json.RawMessage `json:",omitempty"`
 	// LockFD is the executor lock's descriptor, inherited from the driver
 	// and held until the executor exits (see lock.go); 0 when there is
 	// none.
@@ -116,24 +121,40 @@ func runTask(logger hclog.Logger, spec *executorSpec) (*ExitResult, error) {
 	}
 	defer stderr.Close()
 
-	cmd := &exec.Cmd{
-		Path:   spec.Command,
-		Args:   append([]string{spec.Command}, spec.Args...),
-		Env:    spec.Env,
-		Dir:    spec.Dir,
-		Stdout: stdout,
-		Stderr: stderr,
-		// Its own process group, so the driver can signal the task and all
-		// its children at once without reaching the executor.
-		SysProcAttr: &syscall.SysProcAttr{Setpgid: true},
+	var launcher Launcher = hostLauncher{}
+	if spec.Launcher != "" {
+		if launcher, err = lookupLauncher(spec.Launcher); err != nil {
+			return nil, err
+		}
 	}
+	cmd, err := launcher.Command(LaunchSpec{
+		ID: spec.ID, Command: spec.Command, Args: spec.Args, Env: spec.Env, Dir: spec.Dir,
+		Config: spec.LaunchConfig,
+	})
+	if err != nil {
+		return nil, err
+	}
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	// Its own process group, so the driver can signal the task and all
+	// its children at once without reaching the executor.
+	cmd.SysProcAttr.Setpgid = true
 	if c := spec.Credential; c != nil {
 		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: c.UID, Gid: c.GID, Groups: []uint32{}}
 	}
 	if err := cmd.Start(); err != nil {
+		launcher.Finished(nil)
 		return nil, fmt.Errorf("start %s: %w", spec.Command, err)
 	}
 	pid := cmd.Process.Pid
+	if err := launcher.Started(pid); err != nil {
+		_ = syscall.Kill(-pid, syscall.SIGKILL)
+		_ = cmd.Wait()
+		launcher.Finished(nil)
+		return nil, fmt.Errorf("set up task: %w", err)
+	}
 
 	// The task is our unreaped child, so its /proc entry exists even if it
 	// has already exited.
@@ -149,6 +170,7 @@ func runTask(logger hclog.Logger, spec *executorSpec) (*ExitResult, error) {
 		// Without a state file nobody could find or stop the task.
 		_ = syscall.Kill(-pid, syscall.SIGKILL)
 		_ = cmd.Wait()
+		launcher.Finished(nil)
 		return nil, fmt.Errorf("record task state: %w", err)
 	}
 	logger.Info("task started", "pid", pid)
@@ -184,6 +206,7 @@ func runTask(logger hclog.Logger, spec *executorSpec) (*ExitResult, error) {
 	default:
 		res.ExitCode = ws.ExitStatus()
 	}
+	launcher.Finished(res)
 	return res, nil
 }
 

@@ -21,6 +21,11 @@ type ExitResult struct {
 	Signal int
 	// Err says why the task could not be run.
 	Err string
+	// OOMKilled is set when the kernel killed a process of the task for
+	// lack of memory within its limit (MemoryLimit bytes); only isolating
+	// launchers can tell.
+	OOMKilled   bool  `json:",omitempty"`
+	MemoryLimit int64 `json:",omitempty"`
 	// FinishedAt is when the executor saw the task end.
 	FinishedAt time.Time
 }
