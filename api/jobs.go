@@ -95,8 +95,9 @@ type TaskCSIPluginConfig struct {
 
 // Resources a task asks for.
 type Resources struct {
-	CPU      *int `json:",omitempty"` // MHz
-	MemoryMB *int `json:",omitempty"`
+	CPU         *int `json:",omitempty"` // MHz
+	MemoryMB    *int `json:",omitempty"`
+	MemoryMaxMB *int `json:",omitempty"`
 }
 
 // RestartPolicy says how a group's failed tasks restart on their node.

@@ -107,8 +107,9 @@ type hclCSIPlugin struct {
 }
 
 type hclResources struct {
-	CPU      *int `hcl:"cpu,optional"`
-	MemoryMB *int `hcl:"memory,optional"`
+	CPU         *int `hcl:"cpu,optional"`
+	MemoryMB    *int `hcl:"memory,optional"`
+	MemoryMaxMB *int `hcl:"memory_max,optional"`
 }
 
 type hclVolumeMount struct {
@@ -274,7 +275,7 @@ func (d *decoder) task(ht *hclTask) *structs.Task {
 	}
 	set(&t.KillTimeout, d.duration(ht.KillTimeout))
 	if r := ht.Resources; r != nil {
-		t.Resources = (&resourcesSpec{CPU: r.CPU, MemoryMB: r.MemoryMB}).build()
+		t.Resources = (&resourcesSpec{CPU: r.CPU, MemoryMB: r.MemoryMB, MemoryMaxMB: r.MemoryMaxMB}).build()
 	}
 	for _, vm := range ht.VolumeMounts {
 		t.VolumeMounts = append(t.VolumeMounts, &structs.VolumeMount{

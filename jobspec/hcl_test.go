@@ -82,8 +82,9 @@ job "web" {
       }
 
       resources {
-        cpu    = 250
-        memory = 128
+        cpu        = 250
+        memory     = 128
+        memory_max = 256
       }
 
       kill_timeout = "20s"
@@ -142,7 +143,7 @@ func TestParseHCL_Full(t *testing.T) {
 		"args":    []any{"10", "20"},
 	}, task.Config)
 	must.Eq(t, map[string]string{"PORT": "8080"}, task.Env)
-	must.Eq(t, &structs.Resources{CPU: 250, MemoryMB: 128}, task.Resources)
+	must.Eq(t, &structs.Resources{CPU: 250, MemoryMB: 128, MemoryMaxMB: 256}, task.Resources)
 	must.Eq(t, 20*time.Second, task.KillTimeout)
 	must.Eq(t, "SIGTERM", task.KillSignal)
 	must.Eq(t, map[string]string{"role": "server"}, task.Meta)

@@ -112,7 +112,7 @@ var groupFields = schema{
 var taskFields = schema{
 	"Name": read, "Driver": read, "Config": read, "Env": read,
 	"KillTimeout": read, "KillSignal": read, "Meta": read, "User": read,
-	"Resources": readObject(schema{"CPU": read, "MemoryMB": read}),
+	"Resources": readObject(schema{"CPU": read, "MemoryMB": read, "MemoryMaxMB": read}),
 	"VolumeMounts": readList(schema{
 		"Volume": read, "Destination": read, "ReadOnly": read,
 		"PropagationMode": clientDefault("private"),

@@ -36,7 +36,7 @@ func nomadJob(jobType string, count int, edit func(*api.Job)) *api.Job {
 	task := api.NewTask("server", "raw_exec").
 		SetConfig("command", "/bin/sleep").
 		SetConfig("args", []string{"10"}).
-		Require(&api.Resources{CPU: ptr(200), MemoryMB: ptr(64)})
+		Require(&api.Resources{CPU: ptr(200), MemoryMB: ptr(64), MemoryMaxMB: ptr(96)})
 	task.Env = map[string]string{"PORT": "8080"}
 	task.KillTimeout = ptr(20 * time.Second)
 	task.VolumeMounts = []*api.VolumeMount{{Volume: ptr("data"), Destination: ptr("srv/data")}}
@@ -104,7 +104,7 @@ func TestParseJSON_NomadClient(t *testing.T) {
 				"args":    []any{"10"},
 			}, task.Config)
 			must.Eq(t, map[string]string{"PORT": "8080"}, task.Env)
-			must.Eq(t, &structs.Resources{CPU: 200, MemoryMB: 64}, task.Resources)
+			must.Eq(t, &structs.Resources{CPU: 200, MemoryMB: 64, MemoryMaxMB: 96}, task.Resources)
 			must.Eq(t, 20*time.Second, task.KillTimeout)
 			must.Eq(t, []*structs.VolumeMount{{Volume: "data", Destination: "srv/data"}}, task.VolumeMounts)
 		})

@@ -38,8 +38,9 @@ type migrateSpec struct {
 }
 
 type resourcesSpec struct {
-	CPU      *int
-	MemoryMB *int
+	CPU         *int
+	MemoryMB    *int
+	MemoryMaxMB *int
 }
 
 // groupDefaults returns a group with one task as Canonicalize leaves them
@@ -116,6 +117,7 @@ func (s *resourcesSpec) build() *structs.Resources {
 	}
 	set(&r.CPU, s.CPU)
 	set(&r.MemoryMB, s.MemoryMB)
+	set(&r.MemoryMaxMB, s.MemoryMaxMB)
 	return r
 }
 

@@ -110,6 +110,8 @@ type TaskEvent struct {
 	DisplayMessage string
 	ExitCode       int
 	Signal         int
+	// Details are the event's facts by name, as in Nomad ("oom_killed").
+	Details map[string]string `json:",omitempty"`
 }
 
 // RescheduleTracker records the replacements that led to an allocation.

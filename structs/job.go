@@ -24,7 +24,7 @@ const (
 )
 
 // SupportedDrivers are the task drivers clients can run.
-var SupportedDrivers = map[string]bool{"raw_exec": true}
+var SupportedDrivers = map[string]bool{"raw_exec": true, "exec": true}
 
 // DefaultNamespace is the only namespace Roam has.
 const DefaultNamespace = "default"
@@ -37,6 +37,8 @@ const (
 	DefaultKillTimeout = 5 * time.Second
 	// MaxTaskResource bounds a task's cpu (MHz) and memory (MB).
 	MaxTaskResource = 1 << 24
+	// MinTaskMemoryMB is the least memory a task may ask for, as in Nomad.
+	MinTaskMemoryMB = 10
 )
 
 // Job is a workload specification: groups of tasks to keep running.
@@ -134,6 +136,9 @@ type TaskCSIPluginConfig struct {
 type Resources struct {
 	CPU      int // MHz
 	MemoryMB int
+	// MemoryMaxMB, when above MemoryMB, is the hard limit an isolating
+	// driver enforces; MemoryMB is then what the scheduler reserves.
+	MemoryMaxMB int `json:",omitempty"`
 }
 
 // Restart modes.
@@ -418,7 +423,7 @@ func (tg *TaskGroup) validate(jobType string, p *Problems) {
 		if t.Driver == "" {
 			add("task %q: driver is required", t.Name)
 		} else if !SupportedDrivers[t.Driver] {
-			add("task %q: driver %q is not supported (supported: raw_exec)", t.Name, t.Driver)
+			add("task %q: driver %q is not supported (supported: exec, raw_exec)", t.Name, t.Driver)
 		} else if err := ValidateDriverConfig(t.Driver, t.Config); err != nil {
 			add("task %q: %v", t.Name, err)
 		}
@@ -426,13 +431,19 @@ func (tg *TaskGroup) validate(jobType string, p *Problems) {
 			add("task %q: user %q is not a user name (lowercase letters, digits, _ and -, at most 32)", t.Name, t.User)
 		}
 		if r := t.Resources; r != nil {
-			if r.CPU < 0 || r.MemoryMB < 0 {
+			if r.CPU < 0 || r.MemoryMB < 0 || r.MemoryMaxMB < 0 {
 				add("task %q: resources must not be negative", t.Name)
 			}
 			// Bounded so that no sum of them, over a job's tasks or a
 			// node's allocations, can overflow and fit anywhere.
-			if r.CPU > MaxTaskResource || r.MemoryMB > MaxTaskResource {
-				add("task %q: resources: cpu %d and memory %d must each be at most %d", t.Name, r.CPU, r.MemoryMB, MaxTaskResource)
+			if r.CPU > MaxTaskResource || r.MemoryMB > MaxTaskResource || r.MemoryMaxMB > MaxTaskResource {
+				add("task %q: resources: cpu %d, memory %d and memory_max %d must each be at most %d", t.Name, r.CPU, r.MemoryMB, r.MemoryMaxMB, MaxTaskResource)
+			}
+			if r.MemoryMB >= 0 && r.MemoryMB < MinTaskMemoryMB {
+				add("task %q: resources: memory %d MB is under the minimum of %d MB", t.Name, r.MemoryMB, MinTaskMemoryMB)
+			}
+			if r.MemoryMaxMB > 0 && r.MemoryMaxMB < r.MemoryMB {
+				add("task %q: resources: memory_max %d MB is under memory %d MB", t.Name, r.MemoryMaxMB, r.MemoryMB)
 			}
 		}
 		if t.KillTimeout < 0 {
@@ -440,6 +451,11 @@ func (tg *TaskGroup) validate(jobType string, p *Problems) {
 		}
 		tg.validateVolumeMounts(t, add)
 		if pc := t.CSIPluginConfig; pc != nil {
+			if t.Driver == "exec" {
+				// The client serves a plugin's socket from a host path, and
+				// the plugin needs mount privileges exec takes away.
+				add("task %q: csi_plugin: a plugin task needs the raw_exec driver, not exec", t.Name)
+			}
 			if pc.ID == "" {
 				add("task %q: csi_plugin: id is required", t.Name)
 			} else if err := ValidateID(IDKindPlugin, pc.ID); err != nil {

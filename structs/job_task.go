@@ -28,6 +28,9 @@ func ValidateDriverConfig(driver string, cfg map[string]any) error {
 	case "raw_exec":
 		_, _, err := ParseRawExecConfig(cfg)
 		return err
+	case "exec":
+		_, _, err := ParseExecConfig(cfg)
+		return err
 	}
 	return nil
 }
@@ -37,6 +40,18 @@ func ValidateDriverConfig(driver string, cfg map[string]any) error {
 // error, as is a NUL byte, which no exec can pass. Clients and servers
 // both use it.
 func ParseRawExecConfig(cfg map[string]any) (string, []string, error) {
+	return parseCommandConfig("raw_exec", cfg)
+}
+
+// ParseExecConfig reads an exec task's config, which takes the same
+// options as raw_exec's. The options of Nomad's exec driver that Roam does
+// not have (pid_mode, ipc_mode, cap_add, cap_drop, …) are refused by name
+// rather than ignored.
+func ParseExecConfig(cfg map[string]any) (string, []string, error) {
+	return parseCommandConfig("exec", cfg)
+}
+
+func parseCommandConfig(driver string, cfg map[string]any) (string, []string, error) {
 	keys := make([]string, 0, len(cfg))
 	for k := range cfg {
 		keys = append(keys, k)
@@ -44,15 +59,15 @@ func ParseRawExecConfig(cfg map[string]any) (string, []string, error) {
 	sort.Strings(keys)
 	for _, k := range keys {
 		if k != "command" && k != "args" {
-			return "", nil, fmt.Errorf("%w: raw_exec: unknown option %q (known: command, args)", errBadDriverConfig, k)
+			return "", nil, fmt.Errorf("%w: %s: unknown option %q (known: command, args)", errBadDriverConfig, driver, k)
 		}
 	}
 	command, ok := cfg["command"].(string)
 	if !ok || command == "" {
-		return "", nil, fmt.Errorf("%w: raw_exec: option \"command\" must be a non-empty string, got %s", errBadDriverConfig, describe(cfg["command"]))
+		return "", nil, fmt.Errorf("%w: %s: option \"command\" must be a non-empty string, got %s", errBadDriverConfig, driver, describe(cfg["command"]))
 	}
 	if strings.ContainsRune(command, 0) {
-		return "", nil, fmt.Errorf("%w: raw_exec: option \"command\" holds a NUL byte", errBadDriverConfig)
+		return "", nil, fmt.Errorf("%w: %s: option \"command\" holds a NUL byte", errBadDriverConfig, driver)
 	}
 	var args []string
 	switch v := cfg["args"].(type) {
@@ -63,16 +78,16 @@ func ParseRawExecConfig(cfg map[string]any) (string, []string, error) {
 		for i, a := range v {
 			s, ok := a.(string)
 			if !ok {
-				return "", nil, fmt.Errorf("%w: raw_exec: args[%d] must be a string, got %s", errBadDriverConfig, i, describe(a))
+				return "", nil, fmt.Errorf("%w: %s: args[%d] must be a string, got %s", errBadDriverConfig, driver, i, describe(a))
 			}
 			args = append(args, s)
 		}
 	default:
-		return "", nil, fmt.Errorf("%w: raw_exec: option \"args\" must be a list of strings, got %s", errBadDriverConfig, describe(v))
+		return "", nil, fmt.Errorf("%w: %s: option \"args\" must be a list of strings, got %s", errBadDriverConfig, driver, describe(v))
 	}
 	for i, a := range args {
 		if strings.ContainsRune(a, 0) {
-			return "", nil, fmt.Errorf("%w: raw_exec: args[%d] holds a NUL byte", errBadDriverConfig, i)
+			return "", nil, fmt.Errorf("%w: %s: args[%d] holds a NUL byte", errBadDriverConfig, driver, i)
 		}
 	}
 	return command, args, nil

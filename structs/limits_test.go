@@ -231,7 +231,58 @@ func TestJob_ValidateResourceBounds(t *testing.T) {
 	j.TaskGroups[0].Tasks[0].Resources = &Resources{CPU: math.MaxInt64, MemoryMB: 10}
 	err := j.Validate()
 	must.ErrorIs(t, err, ErrInvalidRequest)
-	must.StrContains(t, err.Error(), `task "server": resources: cpu 9223372036854775807 and memory 10 must each be at most 16777216`)
+	must.StrContains(t, err.Error(), `task "server": resources: cpu 9223372036854775807, memory 10 and memory_max 0 must each be at most 16777216`)
 	j.TaskGroups[0].Tasks[0].Resources = &Resources{CPU: MaxTaskResource, MemoryMB: MaxTaskResource}
+	must.NoError(t, j.Validate())
+}
+
+// Memory under Nomad's minimum, or a memory_max under memory, is refused
+// with the field named.
+func TestJob_ValidateMemory(t *testing.T) {
+	for _, tc := range []struct {
+		r    Resources
+		want string
+	}{
+		{Resources{CPU: 100, MemoryMB: 9}, `task "server": resources: memory 9 MB is under the minimum of 10 MB`},
+		{Resources{CPU: 100, MemoryMB: 0}, `task "server": resources: memory 0 MB is under the minimum of 10 MB`},
+		{Resources{CPU: 100, MemoryMB: 256, MemoryMaxMB: 128}, `task "server": resources: memory_max 128 MB is under memory 256 MB`},
+		{Resources{CPU: 100, MemoryMB: 256, MemoryMaxMB: -1}, `task "server": resources must not be negative`},
+		{Resources{CPU: 100, MemoryMB: 10}, ""},
+		{Resources{CPU: 100, MemoryMB: 256, MemoryMaxMB: 512}, ""},
+	} {
+		j := validJob(JobTypeService)
+		r := tc.r
+		j.TaskGroups[0].Tasks[0].Resources = &r
+		err := j.Validate()
+		if tc.want == "" {
+			must.NoError(t, err, must.Sprintf("%+v", tc.r))
+			continue
+		}
+		must.ErrorIs(t, err, ErrInvalidRequest)
+		must.StrContains(t, err.Error(), tc.want)
+	}
+}
+
+// The exec driver takes raw_exec's options and refuses the rest by name.
+func TestJob_ValidateExecConfig(t *testing.T) {
+	j := validJob(JobTypeService)
+	task := j.TaskGroups[0].Tasks[0]
+	task.Driver = "exec"
+	task.Config = map[string]any{"command": "/bin/sleep", "args": []any{"10"}}
+	must.NoError(t, j.Validate())
+	task.Config = map[string]any{"command": "/bin/sleep", "pid_mode": "host"}
+	err := j.Validate()
+	must.ErrorIs(t, err, ErrInvalidRequest)
+	must.StrContains(t, err.Error(), `exec: unknown option "pid_mode" (known: command, args)`)
+	task.Config = map[string]any{"args": []any{"x"}}
+	must.StrContains(t, j.Validate().Error(), `exec: option "command" must be a non-empty string`)
+	task.Driver = "docker"
+	must.StrContains(t, j.Validate().Error(), `driver "docker" is not supported (supported: exec, raw_exec)`)
+
+	task.Driver = "exec"
+	task.Config = map[string]any{"command": "/bin/plugin"}
+	task.CSIPluginConfig = &TaskCSIPluginConfig{ID: "p", Type: CSIPluginTypeNode}
+	must.StrContains(t, j.Validate().Error(), `csi_plugin: a plugin task needs the raw_exec driver, not exec`)
+	task.Driver = "raw_exec"
 	must.NoError(t, j.Validate())
 }
