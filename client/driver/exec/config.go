@@ -129,9 +129,22 @@ func cleanTarget(p string) (string, error) {
 	return rel, nil
 }
 
+// MaxChrootEnv bounds the entries of a chroot_env.
+const MaxChrootEnv = 64
+
+// ValidateChrootEnv says what is wrong with a chroot_env, or nil: host
+// paths absolute, task paths inside the task's root, at most MaxChrootEnv.
+func ValidateChrootEnv(env map[string]string) error {
+	_, err := chrootMounts(env)
+	return err
+}
+
 // chrootMounts are the read-only binds of a chroot_env, sorted so that a
 // parent is mounted before what lies in it.
 func chrootMounts(env map[string]string) ([]mount, error) {
+	if len(env) > MaxChrootEnv {
+		return nil, fmt.Errorf("chroot_env: %d entries, at most %d", len(env), MaxChrootEnv)
+	}
 	out := make([]mount, 0, len(env))
 	for src, dst := range env {
 		if !filepath.IsAbs(src) {

@@ -47,6 +47,11 @@ func RunInit() int {
 	fail := func(format string, args ...any) int {
 		return report(1, fmt.Sprintf(format, args...))
 	}
+	if os.Getpid() != 1 {
+		// Only the launcher starts it, in a new pid and mount namespace;
+		// run anywhere else, its mounts and chroot would be the host's.
+		return fail("not pid 1 of a new pid namespace; exec-init is started by the exec driver only")
+	}
 	f := os.NewFile(initConfigFD, "init-config")
 	if f == nil {
 		return fail("no config descriptor")

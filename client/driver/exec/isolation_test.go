@@ -3,6 +3,7 @@ package exec
 import (
 	"errors"
 	"os"
+	osexec "os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -163,8 +164,10 @@ func TestExec_ForkBombStopsAtPidsLimit(t *testing.T) {
 	d := testDriver(t, nil)
 	const limit = 48
 	h, cfg := startTask(t, d, TaskConfig{
-		Command:   "/bin/sh",
-		Args:      []string{"-c", "bomb() { bomb | bomb & }; bomb; sleep 300"},
+		Command: "/bin/sh",
+		// The shell is pid 1 and must not fork once the bomb runs: a
+		// failed fork would end it, and its namespace with it.
+		Args:      []string{"-c", "bomb() { bomb | bomb & }; bomb; exec sleep 300"},
 		Resources: Resources{MemoryMB: 256, PidsLimit: limit},
 	})
 	cg := taskCgroup(t, d, cfg.ID)
@@ -191,4 +194,17 @@ func TestExec_ForkBombStopsAtPidsLimit(t *testing.T) {
 		waitFor(t, "process "+strconv.Itoa(pid)+" to be gone", func() bool { return processGone(pid) })
 	}
 	waitFor(t, "the cgroup to be removed", func() bool { return !cgroupExists(cg) })
+}
+
+// exec-init run outside a new pid namespace refuses before it reads a
+// config or mounts anything.
+func TestExec_InitRefusesOutsideItsNamespace(t *testing.T) {
+	t.Parallel()
+	cmd := osexec.Command(os.Args[0], "exec-init")
+	cmd.Env = append(os.Environ(), initEnv+"=1")
+	out, err := cmd.CombinedOutput()
+	var exit *osexec.ExitError
+	must.True(t, errors.As(err, &exit), must.Sprintf("exec-init: %v, output %s", err, out))
+	must.Eq(t, 1, exit.ExitCode())
+	must.StrContains(t, string(out), "not pid 1 of a new pid namespace")
 }
