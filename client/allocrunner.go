@@ -12,7 +12,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/roamhq/roam/client/driver/rawexec"
+	execdriver "github.com/roamhq/roam/client/driver/exec"
 	"github.com/roamhq/roam/structs"
 )
 
@@ -39,10 +39,14 @@ type VolumeHook interface {
 //	<task>/                 the task's directory and working directory
 //	                        (ROAM_TASK_DIR); the driver keeps its files in
 //	                        <task>/.rawexec/
-//	<task>/local/           scratch space for the task
+//	<task>/local/           scratch space for the task (NOMAD_TASK_DIR)
+//	<task>/secrets/         the task's secrets, readable by it alone; an
+//	                        exec task gets a tmpfs there
 const (
-	sharedDirName = "alloc"
-	logsDirName   = "logs"
+	sharedDirName  = "alloc"
+	logsDirName    = "logs"
+	localDirName   = "local"
+	secretsDirName = "secrets"
 )
 
 // taskDirs are the paths of one task.
@@ -119,6 +123,9 @@ type allocRunner struct {
 	// stopOnOwn), read back from the state DB after a restart; empty when
 	// it did not.
 	localStop string
+	// volPaths are the host paths of the group's mounted volumes, by
+	// name; nil until they are mounted.
+	volPaths map[string]string
 	// killedAll is set once every task has been told to die.
 	killedAll  bool
 	lastStatus string
@@ -130,14 +137,16 @@ type allocRunner struct {
 
 // allocRunnerConfig is what a new alloc runner needs.
 type allocRunnerConfig struct {
-	alloc    *structs.Allocation
-	dataDir  string
-	driver   *rawexec.Driver
-	db       *stateDB
-	hook     VolumeHook
-	logger   hclog.Logger
-	report   func(*structs.Allocation, bool)
-	restored *restoredAlloc // nil for a new allocation
+	alloc   *structs.Allocation
+	dataDir string
+	// datacenter is the node's, for the tasks' NOMAD_DC.
+	datacenter string
+	drivers    *taskDrivers
+	db         *stateDB
+	hook       VolumeHook
+	logger     hclog.Logger
+	report     func(*structs.Allocation, bool)
+	restored   *restoredAlloc // nil for a new allocation
 	// csi takes the allocation's CSI plugin tasks; nil ignores them.
 	csi csiPluginHost
 }
@@ -195,8 +204,8 @@ func newAllocRunner(cfg allocRunnerConfig) *allocRunner {
 			policy:  tg.RestartPolicy,
 			jobType: alloc.Job.Type,
 			dirs:    dirs,
-			env:     taskEnv(alloc, task, dirs),
-			driver:  cfg.driver,
+			env:     taskEnv(alloc, task, dirs, cfg.datacenter),
+			drivers: cfg.drivers,
 			db:      cfg.db,
 			logger:  ar.logger.With("task", task.Name),
 			notify:  ar.taskStateChanged,
@@ -204,6 +213,7 @@ func newAllocRunner(cfg allocRunnerConfig) *allocRunner {
 			doneCh:  make(chan struct{}),
 			csi:     cfg.csi,
 		}
+		tr.volumeBinds = ar.execBinds(task)
 		if task.CSIPluginConfig != nil && dirs.TaskDir != "" {
 			socket, dir, err := csiPluginSocket(alloc.ID, task, dirs)
 			if err != nil {
@@ -377,7 +387,10 @@ func (ar *allocRunner) prepare(ctx context.Context) error {
 		}
 	}
 	for _, tr := range ar.tasks {
-		if err := mkdirAllIn(ar.allocsDir, filepath.Join(tr.dirs.TaskDir, "local"), 0o755); err != nil {
+		if err := mkdirAllIn(ar.allocsDir, filepath.Join(tr.dirs.TaskDir, localDirName), 0o755); err != nil {
+			return fmt.Errorf("create task dir: %w", err)
+		}
+		if err := mkdirAllIn(ar.allocsDir, filepath.Join(tr.dirs.TaskDir, secretsDirName), 0o700); err != nil {
 			return fmt.Errorf("create task dir: %w", err)
 		}
 	}
@@ -399,7 +412,13 @@ func (ar *allocRunner) prepare(ctx context.Context) error {
 		ar.remounted = make(chan struct{})
 		go func() {
 			defer close(ar.remounted)
-			if _, err := ar.hook.Remount(ctx, alloc, tg.Volumes); err != nil && ctx.Err() == nil {
+			paths, err := ar.hook.Remount(ctx, alloc, tg.Volumes)
+			if err == nil {
+				ar.mu.Lock()
+				ar.volPaths = paths
+				ar.mu.Unlock()
+			}
+			if err != nil && ctx.Err() == nil {
 				ar.logger.Error("could not re-establish the volumes of a restored allocation; its tasks keep what they have",
 					"error", err)
 			}
@@ -410,13 +429,20 @@ func (ar *allocRunner) prepare(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("mount volumes: %w", err)
 	}
+	ar.mu.Lock()
+	ar.volPaths = paths
+	ar.mu.Unlock()
 	// raw_exec has no isolation: a volume_mount becomes a symlink in the
-	// task dir at its destination.
+	// task dir at its destination. An exec task gets a bind mount there,
+	// made inside its own mount namespace as it starts.
 	for _, tr := range ar.tasks {
 		for _, vm := range tr.task.VolumeMounts {
 			src, ok := paths[vm.Volume]
 			if !ok {
 				return fmt.Errorf("task %q: volume %q was not mounted", tr.task.Name, vm.Volume)
+			}
+			if tr.task.Driver == execDriver {
+				continue // see execBinds
 			}
 			if err := linkInTaskDir(tr.dirs.TaskDir, vm.Destination, src); err != nil {
 				return fmt.Errorf("task %q: volume_mount %q: %w", tr.task.Name, vm.Volume, err)
@@ -424,6 +450,38 @@ func (ar *allocRunner) prepare(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// execBinds returns what an exec task's volume_mounts become: bind
+// mounts of the group's volumes, once they are mounted. For a restored
+// allocation it waits until they are re-established. A volume that is not
+// mounted fails the start: a task must never run on the bare directory
+// where its volume should be.
+func (ar *allocRunner) execBinds(task *structs.Task) func(context.Context) ([]execdriver.VolumeMount, error) {
+	return func(ctx context.Context) ([]execdriver.VolumeMount, error) {
+		if len(task.VolumeMounts) == 0 {
+			return nil, nil
+		}
+		if ch := ar.remounted; ch != nil {
+			select {
+			case <-ch:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+		ar.mu.Lock()
+		paths := ar.volPaths
+		ar.mu.Unlock()
+		out := make([]execdriver.VolumeMount, 0, len(task.VolumeMounts))
+		for _, vm := range task.VolumeMounts {
+			src, ok := paths[vm.Volume]
+			if !ok {
+				return nil, fmt.Errorf("volume %q is not mounted on this node", vm.Volume)
+			}
+			out = append(out, execdriver.VolumeMount{Source: src, Destination: vm.Destination, ReadOnly: vm.ReadOnly})
+		}
+		return out, nil
+	}
 }
 
 // linkInTaskDir makes dest, taken relative to taskDir, a symbolic link to

@@ -193,16 +193,17 @@ func startTestManagerWith(t *testing.T, srv *fakeServer, dataDir string, hook Vo
 	logger := hclog.New(&hclog.LoggerOptions{Name: t.Name(), Level: hclog.Debug, Output: hclog.DefaultOutput})
 	db, err := openStateDB(dataDir)
 	must.NoError(t, err)
-	driver, err := rawexec.New(rawexec.Config{ExecutorPath: os.Args[0], StartTimeout: 20 * time.Second, Logger: logger})
+	drivers, err := newTaskDrivers(&Config{ExecutorPath: os.Args[0], CgroupParent: "/roam-test-client"}, logger)
 	must.NoError(t, err)
 	registered := make(chan struct{})
 	close(registered)
 	cfg := allocManagerConfig{
 		NodeID:          srv.nodeID,
 		DataDir:         dataDir,
+		Datacenter:      "dc1",
 		RPC:             srv,
 		DB:              db,
-		Driver:          driver,
+		Drivers:         drivers,
 		VolumeHook:      hook,
 		Logger:          logger,
 		Registered:      registered,
@@ -370,6 +371,7 @@ func TestAllocRunner_BatchCompletes(t *testing.T) {
 
 	script := `echo hi; echo oops >&2
 echo "$ROAM_ALLOC_ID|$ROAM_ALLOC_NAME|$ROAM_ALLOC_INDEX|$ROAM_JOB_ID|$ROAM_GROUP_NAME|$ROAM_TASK_NAME|$FOO|$ROAM_TASK_DIR|$(pwd)|$ROAM_NODE_ID" > "$ROAM_ALLOC_DIR/env.txt"
+echo "$NOMAD_ALLOC_ID|$NOMAD_ALLOC_NAME|$NOMAD_ALLOC_INDEX|$NOMAD_JOB_ID|$NOMAD_JOB_NAME|$NOMAD_GROUP_NAME|$NOMAD_TASK_NAME|$NOMAD_NAMESPACE|$NOMAD_ALLOC_DIR|$NOMAD_TASK_DIR|$NOMAD_SECRETS_DIR|$NOMAD_DC|$NOMAD_CPU_LIMIT|$NOMAD_MEMORY_LIMIT" > "$ROAM_ALLOC_DIR/nomad_env.txt"
 exit 0`
 	alloc := testAlloc(srv.nodeID, structs.JobTypeBatch, noRestarts, shTask("hello", script))
 	srv.upsert(alloc)
@@ -388,6 +390,14 @@ exit 0`
 	env := strings.TrimSpace(waitFile(t, filepath.Join(allocDir, "alloc", "env.txt")))
 	must.Eq(t, strings.Join([]string{alloc.ID, alloc.Name, "2", alloc.JobID, "web", "hello", "bar", taskDir, taskDir, srv.nodeID}, "|"), env)
 	must.DirExists(t, filepath.Join(taskDir, "local"))
+	r := alloc.Job.TaskGroups[0].Tasks[0].Resources
+	nomadEnv := strings.TrimSpace(waitFile(t, filepath.Join(allocDir, "alloc", "nomad_env.txt")))
+	must.Eq(t, strings.Join([]string{alloc.ID, alloc.Name, "2", alloc.JobID, alloc.JobID, "web", "hello", "default",
+		filepath.Join(allocDir, "alloc"), filepath.Join(taskDir, "local"), filepath.Join(taskDir, "secrets"), "dc1",
+		fmt.Sprint(r.CPU), fmt.Sprint(r.MemoryMB)}, "|"), nomadEnv)
+	fi, err := os.Stat(filepath.Join(taskDir, "secrets"))
+	must.NoError(t, err)
+	must.Eq(t, os.FileMode(0o700), fi.Mode().Perm())
 
 	// Logs, through the API the HTTP layer uses.
 	must.Eq(t, "hi\n", logText(t, m, alloc.ID, "hello", "stdout", "start", 0))
@@ -397,7 +407,7 @@ exit 0`
 	must.Eq(t, "oops\n", logText(t, m, alloc.ID, "hello", "stderr", "start", 0))
 	must.FileExists(t, filepath.Join(allocDir, "alloc", "logs", "hello.stdout.0"))
 
-	_, err := m.allocLogs("nope", "hello", "stdout", "start", 0)
+	_, err = m.allocLogs("nope", "hello", "stdout", "start", 0)
 	must.ErrorIs(t, err, ErrUnknownAlloc)
 	_, err = m.allocLogs(alloc.ID, "nope", "stdout", "start", 0)
 	must.ErrorIs(t, err, ErrUnknownTask)

@@ -11,7 +11,6 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/roamhq/roam/client/driver/rawexec"
 	"github.com/roamhq/roam/structs"
 )
 
@@ -28,9 +27,11 @@ var _ rpcer = (*Client)(nil)
 type allocManagerConfig struct {
 	NodeID  string
 	DataDir string
-	RPC     rpcer
-	DB      *stateDB
-	Driver  *rawexec.Driver
+	// Datacenter is the node's.
+	Datacenter string
+	RPC        rpcer
+	DB         *stateDB
+	Drivers    *taskDrivers
 	// VolumeHook mounts group volumes; nil means volumes are unsupported.
 	VolumeHook VolumeHook
 	// CSI takes the CSI plugin tasks the node runs; nil ignores them.
@@ -139,15 +140,16 @@ func (m *allocManager) shutdown(ctx context.Context) error {
 
 func (m *allocManager) startRunner(alloc *structs.Allocation, restored *restoredAlloc) *allocRunner {
 	ar := newAllocRunner(allocRunnerConfig{
-		alloc:    alloc,
-		dataDir:  m.cfg.DataDir,
-		driver:   m.cfg.Driver,
-		db:       m.cfg.DB,
-		hook:     m.cfg.VolumeHook,
-		logger:   m.logger,
-		report:   m.updater.update,
-		restored: restored,
-		csi:      m.cfg.CSI,
+		alloc:      alloc,
+		dataDir:    m.cfg.DataDir,
+		datacenter: m.cfg.Datacenter,
+		drivers:    m.cfg.Drivers,
+		db:         m.cfg.DB,
+		hook:       m.cfg.VolumeHook,
+		logger:     m.logger,
+		report:     m.updater.update,
+		restored:   restored,
+		csi:        m.cfg.CSI,
 	})
 	m.mu.Lock()
 	m.runners[alloc.ID] = ar

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
-	"github.com/roamhq/roam/client/driver/rawexec"
 	"github.com/roamhq/roam/structs"
 )
 
@@ -20,9 +19,10 @@ var ErrShutdown = errors.New("client shut down")
 
 // Client is one client agent.
 type Client struct {
-	config *Config
-	logger hclog.Logger
-	id     *identity
+	config  *Config
+	logger  hclog.Logger
+	id      *identity
+	drivers *taskDrivers
 
 	// mu guards the fields below it.
 	mu sync.Mutex
@@ -101,14 +101,15 @@ func NewClient(config *Config) (*Client, error) {
 			"Allocations the servers list for this node are left alone with their claims; stop them once their tasks are known gone",
 			"moved_to", movedTo, "error", damage)
 	}
-	driver, err := rawexec.New(rawexec.Config{ExecutorPath: config.ExecutorPath, Logger: config.Logger.Named("client"), Disabled: config.DisableRawExec, DefaultUser: config.RawExecDefaultUser})
+	drivers, err := newTaskDrivers(config, config.Logger.Named("client"))
 	if err != nil {
 		db.close()
-		return nil, fmt.Errorf("client: raw_exec driver: %w", err)
+		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &Client{
 		config:         config,
+		drivers:        drivers,
 		logger:         config.Logger.Named("client"),
 		id:             id,
 		servers:        append([]string(nil), config.Servers...),
@@ -145,9 +146,10 @@ func NewClient(config *Config) (*Client, error) {
 	c.allocs = newAllocManager(allocManagerConfig{
 		NodeID:          id.NodeID,
 		DataDir:         config.DataDir,
+		Datacenter:      config.Datacenter,
 		RPC:             c,
 		DB:              db,
-		Driver:          driver,
+		Drivers:         drivers,
 		VolumeHook:      volumeHook,
 		CSI:             c.csi,
 		Logger:          c.logger,

@@ -57,6 +57,21 @@ type Config struct {
 	// RawExecDefaultUser is the account a raw_exec task that names no user
 	// runs as; empty means the client's own.
 	RawExecDefaultUser string
+	// DisableExec turns the exec driver off. Otherwise the node offers it
+	// when the host can isolate tasks (root, namespaces, the memory, cpu
+	// and pids cgroup controllers), and lists the reason when not.
+	DisableExec bool
+	// ChrootEnv is what exec tasks see of the host, read-only, host path
+	// to path inside the task; nil means Nomad's default list.
+	ChrootEnv map[string]string
+	// ExecPidsLimit caps the processes of an exec task; 0 means the
+	// driver's default.
+	ExecPidsLimit int64
+	// UserDenylist are accounts exec tasks may not run as.
+	UserDenylist []string
+	// CgroupParent is where exec tasks' cgroups are made; empty means
+	// /roam.
+	CgroupParent string
 	// IntroToken is the node introduction credential shown when this node
 	// registers for the first time; servers that name client intro tokens
 	// refuse a new node without one of them.

@@ -6,7 +6,6 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/roamhq/roam/structs"
 )
@@ -64,18 +63,7 @@ func (c *Client) buildNode() *structs.Node {
 	for k, v := range c.config.Meta {
 		meta[k] = v
 	}
-	drivers := map[string]*structs.DriverInfo{}
-	if !c.config.DisableRawExec {
-		// raw_exec needs nothing but the executor, which is this binary.
-		attrs["driver."+rawExecDriver] = "1"
-		drivers[rawExecDriver] = &structs.DriverInfo{
-			Attributes:        map[string]string{"driver." + rawExecDriver: "1"},
-			Detected:          true,
-			Healthy:           true,
-			HealthDescription: "Healthy",
-			UpdateTime:        time.Now(),
-		}
-	}
+	drivers := c.drivers.infos(c.config.DisableRawExec, attrs)
 	csiControllers, csiNodes := c.csi.Infos()
 	return &structs.Node{
 		ID:                   c.id.NodeID,

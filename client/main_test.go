@@ -8,7 +8,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/roamhq/roam/client/driver/rawexec"
+	execdriver "github.com/roamhq/roam/client/driver/exec"
 	"github.com/roamhq/roam/plugins/csi/hostpath"
 )
 
@@ -27,7 +27,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv(testCSIPluginEnv) != "" {
 		os.Exit(serveTestCSIPlugin())
 	}
-	os.Exit(rawexec.RunTestMain(m))
+	os.Exit(execdriver.RunTestMain(m))
 }
 
 func serveTestCSIPlugin() int {

@@ -87,7 +87,7 @@ func TestClientStatus(t *testing.T) {
 }
 
 func TestParseRawExecConfig(t *testing.T) {
-	cmd, args, err := parseRawExecConfig(map[string]any{"command": "/bin/sh", "args": []any{"-c", "true"}})
+	cmd, args, err := parseCommandConfig(structs.ParseRawExecConfig, map[string]any{"command": "/bin/sh", "args": []any{"-c", "true"}})
 	must.NoError(t, err)
 	must.Eq(t, "/bin/sh", cmd)
 	must.Eq(t, []string{"-c", "true"}, args)
@@ -99,7 +99,7 @@ func TestParseRawExecConfig(t *testing.T) {
 		"args not list":   {"command": "/bin/true", "args": "a b"},
 		"unknown option":  {"command": "/bin/true", "image": "busybox"},
 	} {
-		_, _, err := parseRawExecConfig(cfg)
+		_, _, err := parseCommandConfig(structs.ParseRawExecConfig, cfg)
 		must.ErrorIs(t, err, errBadTaskConfig, must.Sprint(name))
 	}
 }

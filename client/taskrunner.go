@@ -12,12 +12,10 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	execdriver "github.com/roamhq/roam/client/driver/exec"
 	"github.com/roamhq/roam/client/driver/rawexec"
 	"github.com/roamhq/roam/structs"
 )
-
-// rawExecDriver is the only driver this client runs.
-const rawExecDriver = "raw_exec"
 
 // taskEventSetupFailure marks a task that could not be prepared (alloc
 // dir, volumes); Nomad's API uses the same name.
@@ -37,9 +35,11 @@ type taskRunner struct {
 	jobType string
 	dirs    taskDirs
 	env     map[string]string
-	driver  *rawexec.Driver
-	db      *stateDB
-	logger  hclog.Logger
+	drivers *taskDrivers
+	// volumeBinds gives an exec task its volume_mounts as bind mounts.
+	volumeBinds func(context.Context) ([]execdriver.VolumeMount, error)
+	db          *stateDB
+	logger      hclog.Logger
 	// csi takes plugin tasks (task.CSIPluginConfig set); csiSocket is where
 	// such a task listens and csiDir its mount_dir. csiSocket is empty for
 	// other tasks.
@@ -156,7 +156,7 @@ func (tr *taskRunner) run(ctx context.Context) {
 		lost   error // set when the task ended without an exit status
 	)
 	if restored != nil {
-		h, err := tr.driver.Reattach(*restored)
+		h, err := tr.drivers.raw.Reattach(*restored)
 		if err != nil {
 			tr.logger.Warn("could not re-attach to task", "error", err)
 			lost = err
@@ -232,8 +232,18 @@ func (tr *taskRunner) handleExit(ctx context.Context, res *rawexec.ExitResult, l
 		ev = newEvent(structs.TaskEventDriverFailure, "task could not run: "+res.Err)
 	case res != nil:
 		success = res.Successful()
-		ev = newEvent(structs.TaskEventTerminated, fmt.Sprintf("Exit Code: %d, Signal: %d", res.ExitCode, res.Signal))
+		msg := fmt.Sprintf("Exit Code: %d, Signal: %d", res.ExitCode, res.Signal)
+		if res.OOMKilled {
+			msg = fmt.Sprintf("OOM Killed: the task reached its memory limit of %d MiB (exit code %d, signal %d)",
+				res.MemoryLimit>>20, res.ExitCode, res.Signal)
+		}
+		ev = newEvent(structs.TaskEventTerminated, msg)
 		ev.ExitCode, ev.Signal = res.ExitCode, res.Signal
+		ev.Details = map[string]string{"exit_code": strconv.Itoa(res.ExitCode), "signal": strconv.Itoa(res.Signal)}
+		if res.OOMKilled {
+			ev.Details["oom_killed"] = "true"
+			ev.Details["memory_limit"] = strconv.FormatInt(res.MemoryLimit, 10)
+		}
 	case errors.Is(lost, rawexec.ErrTaskGone):
 		ev = newEvent(structs.TaskEventTerminated, "task is gone and its exit status is unknown")
 		ev.ExitCode = -1
@@ -280,36 +290,20 @@ func (tr *taskRunner) handleExit(ctx context.Context, res *rawexec.ExitResult, l
 	}
 }
 
-// start starts the task with the driver and records its handle.
+// start starts the task with its driver and records its handle.
 func (tr *taskRunner) start(ctx context.Context) (*rawexec.Handle, error) {
-	if tr.task.Driver != rawExecDriver {
-		return nil, fmt.Errorf("%w: driver %q is not supported by this client; only %q", errBadTaskConfig, tr.task.Driver, rawExecDriver)
+	var (
+		h   *rawexec.Handle
+		err error
+	)
+	switch tr.task.Driver {
+	case rawExecDriver:
+		h, err = tr.startRawExec(ctx)
+	case execDriver:
+		h, err = tr.startExec(ctx)
+	default:
+		return nil, fmt.Errorf("%w: driver %q is not supported by this client (supported: %s, %s)", errBadTaskConfig, tr.task.Driver, execDriver, rawExecDriver)
 	}
-	command, args, err := parseRawExecConfig(tr.task.Config)
-	if err != nil {
-		return nil, err
-	}
-	if err := tr.prepareCSIPlugin(); err != nil {
-		return nil, err
-	}
-	taskUser := tr.driver.TaskUser(tr.task.User)
-	if taskUser != "" {
-		if err := chownTaskDirs(taskUser, tr.dirs); err != nil {
-			return nil, err
-		}
-	}
-	h, err := tr.driver.Start(ctx, rawexec.TaskConfig{
-		ID:          tr.allocID + "/" + tr.task.Name,
-		Command:     command,
-		Args:        args,
-		Env:         tr.env,
-		Dir:         tr.dirs.TaskDir,
-		StdoutPath:  tr.dirs.Stdout,
-		StderrPath:  tr.dirs.Stderr,
-		KillSignal:  tr.task.KillSignal,
-		KillTimeout: tr.task.KillTimeout,
-		User:        taskUser,
-	})
 	if err != nil {
 		return nil, err
 	}
@@ -321,6 +315,75 @@ func (tr *taskRunner) start(ctx context.Context) (*rawexec.Handle, error) {
 		addEvent(st, newEvent(structs.TaskEventStarted, "Task started by client"))
 	})
 	return h, nil
+}
+
+func (tr *taskRunner) startRawExec(ctx context.Context) (*rawexec.Handle, error) {
+	command, args, err := parseCommandConfig(structs.ParseRawExecConfig, tr.task.Config)
+	if err != nil {
+		return nil, err
+	}
+	if err := tr.prepareCSIPlugin(); err != nil {
+		return nil, err
+	}
+	taskUser := tr.drivers.raw.TaskUser(tr.task.User)
+	if taskUser != "" {
+		if err := chownTaskDirs(taskUser, tr.dirs); err != nil {
+			return nil, err
+		}
+	}
+	return tr.drivers.raw.Start(ctx, rawexec.TaskConfig{
+		ID:          tr.allocID + "/" + tr.task.Name,
+		Command:     command,
+		Args:        args,
+		Env:         tr.env,
+		Dir:         tr.dirs.TaskDir,
+		StdoutPath:  tr.dirs.Stdout,
+		StderrPath:  tr.dirs.Stderr,
+		KillSignal:  tr.task.KillSignal,
+		KillTimeout: tr.task.KillTimeout,
+		User:        taskUser,
+	})
+}
+
+func (tr *taskRunner) startExec(ctx context.Context) (*rawexec.Handle, error) {
+	if tr.drivers.exec == nil {
+		return nil, fmt.Errorf("%w: driver %q is not available on this client: %s", errBadTaskConfig, execDriver, tr.drivers.execReason)
+	}
+	command, args, err := parseCommandConfig(structs.ParseExecConfig, tr.task.Config)
+	if err != nil {
+		return nil, err
+	}
+	binds, err := tr.volumeBinds(ctx)
+	if err != nil {
+		return nil, err
+	}
+	taskUser := execdriver.TaskUser(tr.task.User)
+	if err := chownTaskDirs(taskUser, tr.dirs); err != nil {
+		return nil, err
+	}
+	var res execdriver.Resources
+	if r := tr.task.Resources; r != nil {
+		res = execdriver.Resources{CPU: r.CPU, MemoryMB: r.MemoryMB, MemoryMaxMB: r.MemoryMaxMB}
+	}
+	h, err := tr.drivers.exec.Start(ctx, execdriver.TaskConfig{
+		ID:          tr.allocID + "/" + tr.task.Name,
+		Command:     command,
+		Args:        args,
+		Env:         tr.env,
+		User:        taskUser,
+		Dir:         tr.dirs.TaskDir,
+		SharedDir:   tr.dirs.SharedDir,
+		StdoutPath:  tr.dirs.Stdout,
+		StderrPath:  tr.dirs.Stderr,
+		KillSignal:  tr.task.KillSignal,
+		KillTimeout: tr.task.KillTimeout,
+		Resources:   res,
+		Volumes:     binds,
+	})
+	if errors.Is(err, execdriver.ErrDeniedUser) || errors.Is(err, execdriver.ErrBadResources) {
+		return nil, fmt.Errorf("%w: %w", errBadTaskConfig, err)
+	}
+	return h, err
 }
 
 // wait waits for the task to exit, killing it if asked. shutdown means ctx
@@ -382,30 +445,59 @@ func orDefault(s, def string) string {
 	return s
 }
 
-// parseRawExecConfig reads raw_exec's options: command (a string, required)
-// and args (a list of strings).
-func parseRawExecConfig(cfg map[string]any) (string, []string, error) {
-	command, args, err := structs.ParseRawExecConfig(cfg)
+// parseCommandConfig reads a driver's options, command (a string,
+// required) and args (a list of strings), with parse.
+func parseCommandConfig(parse func(map[string]any) (string, []string, error), cfg map[string]any) (string, []string, error) {
+	command, args, err := parse(cfg)
 	if err != nil {
 		return "", nil, fmt.Errorf("%w: %w", errBadTaskConfig, err)
 	}
 	return command, args, nil
 }
 
-// taskEnv is the environment a task gets on top of the client's own.
-func taskEnv(alloc *structs.Allocation, task *structs.Task, dirs taskDirs) map[string]string {
-	env := make(map[string]string, len(task.Env)+8)
+// taskEnv is the environment a task gets on top of the client's own:
+// Nomad's NOMAD_* variables, and the ROAM_* names Roam had first. Paths
+// are as the task sees them: an exec task is chrooted into its task
+// directory, a raw_exec task sees the host's paths.
+func taskEnv(alloc *structs.Allocation, task *structs.Task, dirs taskDirs, datacenter string) map[string]string {
+	env := make(map[string]string, len(task.Env)+24)
 	for k, v := range task.Env {
 		env[k] = v
 	}
-	env["ROAM_ALLOC_ID"] = alloc.ID
-	env["ROAM_ALLOC_NAME"] = alloc.Name
-	env["ROAM_ALLOC_INDEX"] = strconv.Itoa(alloc.Index())
-	env["ROAM_ALLOC_DIR"] = dirs.SharedDir
-	env["ROAM_TASK_DIR"] = dirs.TaskDir
-	env["ROAM_JOB_ID"] = alloc.JobID
-	env["ROAM_GROUP_NAME"] = alloc.TaskGroup
-	env["ROAM_TASK_NAME"] = task.Name
+	taskDir, allocDir := dirs.TaskDir, dirs.SharedDir
+	if task.Driver == execDriver {
+		taskDir, allocDir = "/", "/"+sharedDirName
+	}
+	set := func(name, v string) {
+		env["NOMAD_"+name] = v
+		env["ROAM_"+name] = v
+	}
+	set("ALLOC_ID", alloc.ID)
+	set("ALLOC_NAME", alloc.Name)
+	set("ALLOC_INDEX", strconv.Itoa(alloc.Index()))
+	set("JOB_ID", alloc.JobID)
+	set("GROUP_NAME", alloc.TaskGroup)
+	set("TASK_NAME", task.Name)
+	set("NAMESPACE", orDefault(alloc.Namespace, structs.DefaultNamespace))
+	set("ALLOC_DIR", allocDir)
+	set("SECRETS_DIR", filepath.Join(taskDir, secretsDirName))
+	// ROAM_TASK_DIR has always been the task's directory; Nomad's
+	// NOMAD_TASK_DIR is its local/.
+	env["ROAM_TASK_DIR"] = taskDir
+	env["NOMAD_TASK_DIR"] = filepath.Join(taskDir, localDirName)
+	if alloc.Job != nil {
+		env["NOMAD_JOB_NAME"] = orDefault(alloc.Job.Name, alloc.JobID)
+	}
+	if datacenter != "" {
+		env["NOMAD_DC"] = datacenter
+	}
+	if r := task.Resources; r != nil {
+		env["NOMAD_CPU_LIMIT"] = strconv.Itoa(r.CPU)
+		env["NOMAD_MEMORY_LIMIT"] = strconv.Itoa(r.MemoryMB)
+		if r.MemoryMaxMB > r.MemoryMB {
+			env["NOMAD_MEMORY_MAX_LIMIT"] = strconv.Itoa(r.MemoryMaxMB)
+		}
+	}
 	// Where it runs: a plugin task names its node to the storage provider.
 	env["ROAM_NODE_ID"] = alloc.NodeID
 	env["ROAM_NODE_NAME"] = alloc.NodeName
@@ -421,7 +513,7 @@ func chownTaskDirs(user string, dirs taskDirs) error {
 	if err != nil {
 		return fmt.Errorf("%w: %w", errBadTaskConfig, err)
 	}
-	for _, d := range []string{dirs.TaskDir, filepath.Join(dirs.TaskDir, "local"),
+	for _, d := range []string{dirs.TaskDir, filepath.Join(dirs.TaskDir, localDirName), filepath.Join(dirs.TaskDir, secretsDirName),
 		filepath.Join(dirs.SharedDir, "data"), filepath.Join(dirs.SharedDir, "tmp")} {
 		if err := os.Lchown(d, int(uid), int(gid)); err != nil {
 			return fmt.Errorf("give %s to task user %q: %w", d, user, err)
