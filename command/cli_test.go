@@ -121,6 +121,10 @@ func TestCLI_NodeStatus(t *testing.T) {
 		must.SliceContains(t, got, "ID = "+nodeID)
 		must.SliceContains(t, got, "Attributes")
 		must.SliceContains(t, got, "roam.version = "+structs.Version)
+		must.SliceContains(t, got, "Drivers")
+		must.SliceContains(t, got, "Driver Detected Healthy Message")
+		must.SliceContains(t, got, "exec true true Healthy")
+		must.SliceContains(t, got, "raw_exec true true Healthy")
 	})
 
 	t.Run("one node json", func(t *testing.T) {

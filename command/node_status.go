@@ -129,10 +129,33 @@ func showNode(c *api.Client, f *apiFlags, id string, verbose bool, out, errOut i
 	if verbose {
 		printMap(out, "Attributes", node.Attributes)
 		printMap(out, "Meta", node.Meta)
+		printNodeDrivers(out, node.Drivers)
 		printNodeCSI(out, "CSI Controller Plugins", node.CSIControllerPlugins)
 		printNodeCSI(out, "CSI Node Plugins", node.CSINodePlugins)
 	}
 	return 0
+}
+
+// printNodeDrivers prints every driver the node reported, detected or
+// not, with why not.
+func printNodeDrivers(out io.Writer, m map[string]*api.DriverInfo) {
+	fmt.Fprintf(out, "\nDrivers\n")
+	if len(m) == 0 {
+		fmt.Fprintln(out, "<none>")
+		return
+	}
+	names := make([]string, 0, len(m))
+	for name := range m {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	rows := [][]string{{"Driver", "Detected", "Healthy", "Message"}}
+	for _, name := range names {
+		if d := m[name]; d != nil {
+			rows = append(rows, []string{name, strconv.FormatBool(d.Detected), strconv.FormatBool(d.Healthy), orNone(d.HealthDescription)})
+		}
+	}
+	fmt.Fprint(out, formatColumns(rows))
 }
 
 // printNodeCSI prints a titled table of a node's CSI plugin instances.

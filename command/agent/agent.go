@@ -268,6 +268,9 @@ func (a *Agent) clientConfig(httpAdvertise string) (*client.Config, error) {
 	cc.CSINodeCallTimeout = parseDurationOr(c.Client.CSINodeCallTimeout, cc.CSINodeCallTimeout)
 	cc.DisableRawExec = !c.rawExecEnabled()
 	cc.RawExecDefaultUser = c.rawExecDefaultUser()
+	cc.DisableExec = !c.execEnabled()
+	cc.ChrootEnv = c.Client.ChrootEnv
+	cc.UserDenylist = c.userDenylist()
 	cc.IntroToken = c.Client.IntroToken
 	if len(cc.Servers) == 0 && a.server != nil {
 		cc.Servers = []string{a.server.Addr()}

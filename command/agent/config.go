@@ -210,10 +210,16 @@ type ClientConfig struct {
 	// IntroToken is this node's introduction credential, shown when it
 	// registers for the first time.
 	IntroToken string `hcl:"intro_token,optional"`
+	// ChrootEnv is what exec tasks see of the host, read-only: host path =
+	// path inside the task. Unset, Nomad's default list.
+	ChrootEnv map[string]string `hcl:"chroot_env,optional"`
+	// Options are Nomad's client options; only "user.denylist" (accounts
+	// exec tasks may not run as, comma-separated; default "root") is known.
+	Options map[string]string `hcl:"options,optional"`
 }
 
-// PluginConfig is a plugin "NAME" { config { ... } } block. Only raw_exec
-// is known.
+// PluginConfig is a plugin "NAME" { config { ... } } block, for
+// raw_exec or exec.
 type PluginConfig struct {
 	Name   string              `hcl:"name,label"`
 	Config *PluginConfigValues `hcl:"config,block"`
@@ -221,7 +227,8 @@ type PluginConfig struct {
 
 // PluginConfigValues is a plugin's config block.
 type PluginConfigValues struct {
-	// Enabled turns the driver on; raw_exec is off by default outside -dev.
+	// Enabled turns the driver on or off; raw_exec is off by default
+	// outside -dev, exec on wherever the host can isolate tasks.
 	Enabled *bool `hcl:"enabled,optional"`
 	// DefaultUser is the account a task that names no user runs as;
 	// unset, such a task runs as the agent's user.
@@ -517,19 +524,30 @@ func (c *Config) Merge(o *Config) *Config {
 		setStr(&cl.StopOnClientAfter, o.Client.StopOnClientAfter)
 		setStr(&cl.IntroToken, o.Client.IntroToken)
 		cl.CSIPlugins = append(append([]*CSIPluginConfig(nil), cl.CSIPlugins...), o.Client.CSIPlugins...)
-		if o.Client.Meta != nil {
-			m := make(map[string]string, len(cl.Meta)+len(o.Client.Meta))
-			for k, v := range cl.Meta {
-				m[k] = v
-			}
-			for k, v := range o.Client.Meta {
-				m[k] = v
-			}
-			cl.Meta = m
+		cl.Meta = mergeMap(cl.Meta, o.Client.Meta)
+		cl.Options = mergeMap(cl.Options, o.Client.Options)
+		if o.Client.ChrootEnv != nil {
+			// A chroot_env is the whole list the tasks see, not additions.
+			cl.ChrootEnv = o.Client.ChrootEnv
 		}
 		r.Client = &cl
 	}
 	return &r
+}
+
+// mergeMap is base with over's keys set over it; base is not changed.
+func mergeMap(base, over map[string]string) map[string]string {
+	if over == nil {
+		return base
+	}
+	m := make(map[string]string, len(base)+len(over))
+	for k, v := range base {
+		m[k] = v
+	}
+	for k, v := range over {
+		m[k] = v
+	}
+	return m
 }
 
 func setStr(dst *string, v string) {

@@ -125,3 +125,55 @@ plugin "raw_exec" {
 	must.Eq(t, "nobody", cc.RawExecDefaultUser)
 	must.False(t, cc.DisableRawExec)
 }
+
+// The exec driver's settings: on unless a plugin block turns it off,
+// chroot_env replaced as a whole by a later file, the user.denylist
+// option root by default; bad values are refused with what is wrong.
+func TestConfig_ExecDriver(t *testing.T) {
+	c, err := ParseConfig("agent.hcl", []byte(`
+client {
+  chroot_env = { "/bin" = "/bin", "/usr/lib" = "/lib" }
+  options = { "user.denylist" = "root, ubuntu" }
+}
+plugin "exec" {
+  config {
+    enabled = false
+  }
+}
+`))
+	must.NoError(t, err)
+	merged := DevConfig().Merge(c)
+	must.NoError(t, merged.Validate())
+	must.False(t, merged.execEnabled())
+	must.Eq(t, []string{"root", "ubuntu"}, merged.userDenylist())
+	must.Eq(t, map[string]string{"/bin": "/bin", "/usr/lib": "/lib"}, merged.Client.ChrootEnv)
+	later, err := ParseConfig("later.hcl", []byte(`client { chroot_env = { "/opt" = "/opt" } }`))
+	must.NoError(t, err)
+	must.Eq(t, map[string]string{"/opt": "/opt"}, merged.Merge(later).Client.ChrootEnv)
+
+	dev := DevConfig()
+	must.True(t, dev.execEnabled())
+	must.Eq(t, []string{"root"}, dev.userDenylist())
+
+	for _, tc := range []struct{ hcl, want string }{
+		{`client { chroot_env = { "bin" = "/bin" } }`, `chroot_env: host path "bin" is not absolute`},
+		{`client { chroot_env = { "/bin" = "/" } }`, `chroot_env "/bin": "/" is not a path inside the task`},
+		{`client { options = { "driver.allowlist" = "exec" } }`, `client.options "driver.allowlist" is unknown`},
+		{`client { options = { "user.denylist" = "root,../x" } }`, `"../x" is not a user name`},
+		{`plugin "docker" {}`, `plugin "docker" is unknown; the driver plugins are exec and raw_exec`},
+		{"plugin \"exec\" {\n config {\n default_user = \"bob\"\n }\n}", `plugin "exec" has no default_user`},
+	} {
+		bad, err := ParseConfig("bad.hcl", []byte(tc.hcl))
+		must.NoError(t, err, must.Sprint(tc.hcl))
+		must.ErrorContains(t, DevConfig().Merge(bad).Validate(), tc.want, must.Sprint(tc.hcl))
+	}
+
+	a := newTestAgent(t, func(c *Config) {
+		c.Plugins = append(c.Plugins, &PluginConfig{Name: "exec", Config: &PluginConfigValues{Enabled: new(bool)}})
+		c.Client.Options = map[string]string{"user.denylist": "ubuntu"}
+	})
+	cc, err := a.clientConfig("127.0.0.1:1")
+	must.NoError(t, err)
+	must.True(t, cc.DisableExec)
+	must.Eq(t, []string{"ubuntu"}, cc.UserDenylist)
+}
