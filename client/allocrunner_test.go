@@ -963,3 +963,35 @@ func runVolumeAlloc(t *testing.T, srv *fakeServer, dataDir string, hook *fakeVol
 	must.NoError(t, err)
 	return m, volumeAllocRun{alloc: alloc, sharedDir: sharedDir, pid: pid}
 }
+
+// An ephemeral client that is killing its allocations starts no new ones:
+// the servers place replacements of what it kills while it stops, and a
+// runner started then would outlive it.
+func TestAllocManager_KillAllStartsNothingNew(t *testing.T) {
+	dataDir := t.TempDir()
+	srv := newFakeServer(uuid.NewString())
+	m := startTestManager(t, srv, dataDir, nil)
+	first := testAlloc(srv.nodeID, structs.JobTypeService, noRestarts, shTask("server", `exec sleep 60`))
+	srv.upsert(first)
+	waitStatus(t, srv, first.ID, structs.AllocClientStatusRunning)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	must.NoError(t, m.killAll(ctx))
+	replacement := testAlloc(srv.nodeID, structs.JobTypeService, noRestarts, shTask("server", `exec sleep 60`))
+	srv.upsert(replacement)
+	// Two more queries: the watcher has had the list with the replacement
+	// and acted on it.
+	srv.mu.Lock()
+	seen := srv.queries
+	srv.mu.Unlock()
+	must.Wait(t, wait.InitialSuccess(
+		wait.BoolFunc(func() bool {
+			srv.mu.Lock()
+			defer srv.mu.Unlock()
+			return srv.queries >= seen+2
+		}),
+		wait.Timeout(20*time.Second), wait.Gap(10*time.Millisecond),
+	))
+	must.Nil(t, m.getRunner(replacement.ID), must.Sprint("a runner started after killAll"))
+}

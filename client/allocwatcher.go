@@ -70,9 +70,13 @@ type allocManager struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	// mu guards runners.
+	// mu guards runners and killing.
 	mu      sync.Mutex
 	runners map[string]*allocRunner
+	// killing is set once killAll begins: the servers may place
+	// replacements of the allocations it kills here before the client
+	// stops, and a runner started then would outlive the client.
+	killing bool
 
 	shutdownOnce sync.Once
 	shutdownErr  error
@@ -138,6 +142,8 @@ func (m *allocManager) shutdown(ctx context.Context) error {
 	return m.shutdownErr
 }
 
+// startRunner starts a runner for alloc, or none (nil) once killAll has
+// begun.
 func (m *allocManager) startRunner(alloc *structs.Allocation, restored *restoredAlloc) *allocRunner {
 	ar := newAllocRunner(allocRunnerConfig{
 		alloc:      alloc,
@@ -152,6 +158,12 @@ func (m *allocManager) startRunner(alloc *structs.Allocation, restored *restored
 		csi:        m.cfg.CSI,
 	})
 	m.mu.Lock()
+	if m.killing {
+		// Checked with the insertion, under the lock killAll takes its
+		// list with: no runner starts that killAll does not see.
+		m.mu.Unlock()
+		return nil
+	}
 	m.runners[alloc.ID] = ar
 	m.mu.Unlock()
 	m.wg.Add(1)
@@ -277,6 +289,9 @@ func (m *allocManager) reconcile(allocs []*structs.Allocation) {
 		if alloc.DesiredStatus != structs.AllocDesiredStatusRun || alloc.ClientTerminalStatus() || m.held[alloc.ID] {
 			continue
 		}
+		if m.isKilling() {
+			continue
+		}
 		m.logger.Info("starting allocation", "alloc_id", alloc.ID, "name", alloc.Name)
 		if err := m.cfg.DB.putAlloc(alloc); err != nil {
 			// Run it anyway; only a restart would lose track of it.
@@ -318,6 +333,12 @@ func (m *allocManager) reportAll() {
 	}
 }
 
+func (m *allocManager) isKilling() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.killing
+}
+
 // hasAllocs reports whether the client holds any allocation, running or
 // finished.
 func (m *allocManager) hasAllocs() bool {
@@ -331,6 +352,7 @@ func (m *allocManager) hasAllocs() bool {
 // normal shutdown leaves tasks running for the next client to re-attach.
 func (m *allocManager) killAll(ctx context.Context) error {
 	m.mu.Lock()
+	m.killing = true
 	runners := make([]*allocRunner, 0, len(m.runners))
 	for _, ar := range m.runners {
 		runners = append(runners, ar)
