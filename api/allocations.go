@@ -33,6 +33,7 @@ type Allocation struct {
 	Job                *Job
 	TaskGroup          string
 	Resources          *Resources
+	AllocatedResources *AllocatedResources `json:",omitempty"`
 	DesiredStatus      string
 	DesiredDescription string
 	DesiredTransition  DesiredTransition
@@ -210,4 +211,24 @@ func (f *AllocFS) LogsOpts(allocID, task, stream string, opts *LogOptions, q *Qu
 		return nil, fmt.Errorf("api: logs of alloc %s: %w", allocID, err)
 	}
 	return resp.Body, nil
+}
+
+// AllocatedResources are the host ports an allocation holds, in Nomad's
+// shape.
+type AllocatedResources struct {
+	Shared AllocatedSharedResources
+}
+
+// AllocatedSharedResources are an allocation's group-wide resources.
+type AllocatedSharedResources struct {
+	Ports []PortMapping `json:",omitempty"`
+}
+
+// PortMapping is one host port of an allocation: Value on HostIP, To
+// inside the task (0: the same).
+type PortMapping struct {
+	Label  string
+	Value  int
+	To     int
+	HostIP string
 }

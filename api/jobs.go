@@ -62,7 +62,24 @@ type TaskGroup struct {
 	ReschedulePolicy *ReschedulePolicy `json:",omitempty"`
 	Migrate          *MigrateStrategy  `json:",omitempty"`
 	Volumes          map[string]*VolumeRequest
+	Networks         []*NetworkResource `json:",omitempty"`
 	Meta             map[string]string
+}
+
+// NetworkResource is a group's network block: static (ReservedPorts) and
+// dynamic ports, host mode only.
+type NetworkResource struct {
+	Mode          string
+	ReservedPorts []Port `json:",omitempty"`
+	DynamicPorts  []Port `json:",omitempty"`
+}
+
+// Port is one port label; Value only for a static port.
+type Port struct {
+	Label       string
+	Value       int
+	To          int
+	HostNetwork string `json:",omitempty"`
 }
 
 // Task is one process run by a driver.

@@ -53,14 +53,16 @@ type CSIInfo struct {
 
 // Node is a client node in full.
 type Node struct {
-	ID                   string
-	Name                 string
-	Datacenter           string
-	NodeClass            string
-	HTTPAddr             string
-	Attributes           map[string]string
-	Meta                 map[string]string
-	Drivers              map[string]*DriverInfo
+	ID         string
+	Name       string
+	Datacenter string
+	NodeClass  string
+	HTTPAddr   string
+	Attributes map[string]string
+	Meta       map[string]string
+	Drivers    map[string]*DriverInfo
+	// NodeResources is the node's dynamic port range.
+	NodeResources        *NodeResources `json:",omitempty"`
 	CSIControllerPlugins map[string]*CSIInfo
 	CSINodePlugins       map[string]*CSIInfo
 	Drain                bool
@@ -75,6 +77,12 @@ type Node struct {
 	StatusUpdatedAt int64
 	CreateIndex     uint64
 	ModifyIndex     uint64
+}
+
+// NodeResources is what a node offers beyond CPU and memory.
+type NodeResources struct {
+	MinDynamicPort int
+	MaxDynamicPort int
 }
 
 // NodeListStub is a node in a list.

@@ -69,6 +69,10 @@ type Config struct {
 	ExecPidsLimit int64
 	// UserDenylist are accounts exec tasks may not run as.
 	UserDenylist []string
+	// MinDynamicPort and MaxDynamicPort are the range dynamic ports are
+	// picked from on this node; zero means Nomad's 20000-32000.
+	MinDynamicPort int
+	MaxDynamicPort int
 	// CgroupParent is where exec tasks' cgroups are made; empty means
 	// /roam.
 	CgroupParent string
@@ -134,6 +138,18 @@ type CSIPluginConfig struct {
 	// plugin accepts at once, never two on one volume nor two
 	// publish/unpublish calls for one node; 0 means 1.
 	ControllerConcurrency int
+}
+
+// dynamicPorts is the node's dynamic port range.
+func (c *Config) dynamicPorts() (lo, hi int) {
+	lo, hi = c.MinDynamicPort, c.MaxDynamicPort
+	if lo == 0 {
+		lo = structs.DefaultMinDynamicPort
+	}
+	if hi == 0 {
+		hi = structs.DefaultMaxDynamicPort
+	}
+	return lo, hi
 }
 
 // Validate names the first bad value.
@@ -248,6 +264,9 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("client config: csi node call timeout = %s, must be positive", c.CSINodeCallTimeout)
 	case c.StopOnClientAfter < 0:
 		return fmt.Errorf("client config: stop_on_client_after = %s, must not be negative (0 disables it)", c.StopOnClientAfter)
+	}
+	if lo, hi := c.dynamicPorts(); lo < 1 || hi > 65535 || lo > hi {
+		return fmt.Errorf("client config: dynamic port range %d-%d must be within 1-65535, low to high", lo, hi)
 	}
 	// The servers refuse a node whose name breaks the ID rule: say so at
 	// start rather than in a registration retried forever.

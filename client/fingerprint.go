@@ -65,6 +65,7 @@ func (c *Client) buildNode() *structs.Node {
 	}
 	drivers := c.drivers.infos(c.config.DisableRawExec, attrs)
 	csiControllers, csiNodes := c.csi.Infos()
+	lo, hi := c.config.dynamicPorts()
 	return &structs.Node{
 		ID:                   c.id.NodeID,
 		SecretID:             c.id.SecretID,
@@ -75,6 +76,7 @@ func (c *Client) buildNode() *structs.Node {
 		Attributes:           attrs,
 		Meta:                 meta,
 		Drivers:              drivers,
+		NodeResources:        &structs.NodeResources{MinDynamicPort: lo, MaxDynamicPort: hi},
 		CSIControllerPlugins: csiControllers,
 		CSINodePlugins:       csiNodes,
 		Status:               structs.NodeStatusReady,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -497,6 +498,16 @@ func taskEnv(alloc *structs.Allocation, task *structs.Task, dirs taskDirs, datac
 		if r.MemoryMaxMB > r.MemoryMB {
 			env["NOMAD_MEMORY_MAX_LIMIT"] = strconv.Itoa(r.MemoryMaxMB)
 		}
+	}
+	// Host networking: the task listens on its host ports itself.
+	for _, p := range alloc.Ports() {
+		port, host := strconv.Itoa(p.TaskPort()), strconv.Itoa(p.Value)
+		env["NOMAD_PORT_"+p.Label] = port
+		env["NOMAD_IP_"+p.Label] = p.HostIP
+		env["NOMAD_ADDR_"+p.Label] = net.JoinHostPort(p.HostIP, port)
+		env["NOMAD_HOST_PORT_"+p.Label] = host
+		env["NOMAD_HOST_IP_"+p.Label] = p.HostIP
+		env["NOMAD_HOST_ADDR_"+p.Label] = net.JoinHostPort(p.HostIP, host)
 	}
 	// Where it runs: a plugin task names its node to the storage provider.
 	env["ROAM_NODE_ID"] = alloc.NodeID

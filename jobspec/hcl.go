@@ -42,7 +42,22 @@ type hclGroup struct {
 	Reschedule *hclReschedule `hcl:"reschedule,block"`
 	Migrate    *hclMigrate    `hcl:"migrate,block"`
 	Volumes    []*hclVolume   `hcl:"volume,block"`
+	Networks   []*hclNetwork  `hcl:"network,block"`
 	Tasks      []*hclTask     `hcl:"task,block"`
+}
+
+// hclNetwork is a group's network block; a port with static is reserved,
+// one without is dynamic, as in Nomad.
+type hclNetwork struct {
+	Mode  string     `hcl:"mode,optional"`
+	Ports []*hclPort `hcl:"port,block"`
+}
+
+type hclPort struct {
+	Label       string `hcl:"label,label"`
+	Static      *int   `hcl:"static,optional"`
+	To          int    `hcl:"to,optional"`
+	HostNetwork string `hcl:"host_network,optional"`
 }
 
 type hclRestart struct {
@@ -256,6 +271,19 @@ func (d *decoder) group(jobType string, hg *hclGroup) *structs.TaskGroup {
 			v.MountOptions = &structs.CSIMountOptions{FSType: mo.FSType, MountFlags: mo.MountFlags}
 		}
 		tg.Volumes[hv.Name] = v
+	}
+	for _, hn := range hg.Networks {
+		n := &structs.NetworkResource{Mode: hn.Mode}
+		for _, hp := range hn.Ports {
+			p := structs.Port{Label: hp.Label, To: hp.To, HostNetwork: hp.HostNetwork}
+			if hp.Static != nil {
+				p.Value = *hp.Static
+				n.ReservedPorts = append(n.ReservedPorts, p)
+			} else {
+				n.DynamicPorts = append(n.DynamicPorts, p)
+			}
+		}
+		tg.Networks = append(tg.Networks, n)
 	}
 	for _, ht := range hg.Tasks {
 		tg.Tasks = append(tg.Tasks, d.task(ht))

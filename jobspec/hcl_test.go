@@ -248,16 +248,13 @@ func TestParseHCL_Errors(t *testing.T) {
 			name: "unknown group blocks",
 			src: `job "a" {
   group "g" {
-    network {
-      port "http" {}
-    }
     service {
       name = "web"
     }
     task "t" { driver = "raw_exec" }
   }
 }`,
-			want: []string{"job.hcl:3,5", `"network"`, "job.hcl:6,5", `"service"`},
+			want: []string{"job.hcl:3,5", `"service"`},
 		},
 		{
 			name: "unknown task blocks",

@@ -37,6 +37,7 @@ type jsonGroup struct {
 	ReschedulePolicy *rescheduleSpec
 	Migrate          *migrateSpec
 	Volumes          map[string]*structs.VolumeRequest
+	Networks         []*structs.NetworkResource
 	Meta             map[string]string
 }
 
@@ -57,7 +58,7 @@ type jsonTask struct {
 // ParseJSON parses a job in the JSON shape of Nomad's HTTP API, either
 // wrapped as {"Job": {...}} or bare, defaults it and validates it.
 // Durations are integer nanoseconds. A field Roam does not read is an
-// error naming its path (Job.TaskGroups[0].Networks is not supported)
+// error naming its path (Job.TaskGroups[0].Services is not supported)
 // unless it holds its zero value or the value Nomad's Go client sends
 // when the caller set nothing.
 func ParseJSON(src []byte) (*structs.Job, error) {
@@ -145,6 +146,7 @@ func (jj *jsonJob) job() *structs.Job {
 			ReschedulePolicy: g.ReschedulePolicy.build(job.Type),
 			Migrate:          g.Migrate.build(),
 			Volumes:          g.Volumes,
+			Networks:         g.Networks,
 			Meta:             g.Meta,
 		}
 		set(&tg.Count, g.Count)

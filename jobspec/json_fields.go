@@ -105,9 +105,16 @@ var groupFields = schema{
 		"AccessMode": read, "AttachmentMode": read, "PerAlloc": read,
 		"MountOptions": readObject(schema{"FSType": read, "MountFlags": read}),
 	}),
+	"Networks": readList(schema{
+		"Mode":          read,
+		"ReservedPorts": readList(portFields),
+		"DynamicPorts":  readList(portFields),
+	}),
 	"EphemeralDisk": clientDefault(map[string]any{"SizeMB": int64(300)}),
 	"Update":        clientDefault(updateDefault),
 }
+
+var portFields = schema{"Label": read, "Value": read, "To": read, "HostNetwork": read}
 
 var taskFields = schema{
 	"Name": read, "Driver": read, "Config": read, "Env": read,

@@ -146,11 +146,18 @@ func TestParseJSON_NomadClientUnsupported(t *testing.T) {
 			want: []string{"Job.TaskGroups[0].Constraints is not supported"},
 		},
 		{
-			name: "group network",
+			name: "group network bridge",
 			edit: func(j *api.Job) {
 				j.TaskGroups[0].Networks = []*api.NetworkResource{{Mode: "bridge"}}
 			},
-			want: []string{"Job.TaskGroups[0].Networks is not supported"},
+			want: []string{`network: mode "bridge" is not supported yet; Roam has host networking only`},
+		},
+		{
+			name: "group network with a CIDR",
+			edit: func(j *api.Job) {
+				j.TaskGroups[0].Networks = []*api.NetworkResource{{Mode: "host", CIDR: "10.0.0.0/8"}}
+			},
+			want: []string{"Job.TaskGroups[0].Networks[0].CIDR is not supported"},
 		},
 		{
 			name: "task service and artifact",

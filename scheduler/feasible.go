@@ -46,6 +46,15 @@ type nodeUsage struct {
 	usedCPU, usedMem int
 	// groups counts non-terminal allocations per namespace/job/group.
 	groups map[string]int
+	// ports counts the holders of each host port; more than one is a
+	// collision some earlier plan let through, and stays visible here.
+	ports map[int]int
+}
+
+func newNodeUsage(n *structs.Node) *nodeUsage {
+	u := &nodeUsage{groups: make(map[string]int), ports: make(map[int]int)}
+	u.capCPU, u.capMem = nodeCapacity(n)
+	return u
 }
 
 func groupKey(ns, job, group string) string { return ns + "\x00" + job + "\x00" + group }
@@ -55,6 +64,9 @@ func (u *nodeUsage) add(a *structs.Allocation) {
 	u.usedCPU += r.CPU
 	u.usedMem += r.MemoryMB
 	u.groups[groupKey(a.Namespace, a.JobID, a.TaskGroup)]++
+	for _, p := range a.Ports() {
+		u.ports[p.Value]++
+	}
 }
 
 func (u *nodeUsage) remove(a *structs.Allocation) {
@@ -62,6 +74,11 @@ func (u *nodeUsage) remove(a *structs.Allocation) {
 	u.usedCPU -= r.CPU
 	u.usedMem -= r.MemoryMB
 	u.groups[groupKey(a.Namespace, a.JobID, a.TaskGroup)]--
+	for _, p := range a.Ports() {
+		if u.ports[p.Value]--; u.ports[p.Value] <= 0 {
+			delete(u.ports, p.Value)
+		}
+	}
 }
 
 // allocAsk is what an allocation holds: its Resources, or its group's
@@ -103,8 +120,7 @@ func (p *planner) usageOf(n *structs.Node) (*nodeUsage, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading allocations on node %q: %w", n.ID, err)
 	}
-	u := &nodeUsage{groups: make(map[string]int)}
-	u.capCPU, u.capMem = nodeCapacity(n)
+	u := newNodeUsage(n)
 	for _, a := range allocs {
 		if a.TerminalStatus() || p.stopped[a.ID] {
 			continue
@@ -247,6 +263,10 @@ func (p *planner) fit(n *structs.Node, s *staticFeasibility, i int, tg *structs.
 			s.usage[i] = u
 		}
 	}
+	if _, reason := assignPorts(n, u, tg); reason != "" {
+		m.FilterNode(reason)
+		return nil, false, nil
+	}
 	switch {
 	case u.usedCPU+ask.CPU > u.capCPU:
 		m.ExhaustedNode(DimensionCPU)
@@ -358,7 +378,8 @@ func sortStable(list []*structs.Allocation, less func(a, b *structs.Allocation) 
 // NodeFits is the plan applier's re-check, at apply time, that node can
 // still take placing: it must be ready, eligible and not draining, and its
 // non-terminal allocations, less those in stopping, plus placing, must fit
-// its capacity. It returns the reason when it cannot.
+// its capacity and hold no host port twice. It returns the reason when it
+// cannot.
 func NodeFits(n *structs.Node, existing []*structs.Allocation, stopping map[string]bool, placing []*structs.Allocation) (bool, string) {
 	switch {
 	case n == nil:
@@ -370,14 +391,21 @@ func NodeFits(n *structs.Node, existing []*structs.Allocation, stopping map[stri
 	case n.DrainStrategy != nil:
 		return false, FilterDraining
 	}
-	u := &nodeUsage{groups: make(map[string]int)}
-	u.capCPU, u.capMem = nodeCapacity(n)
+	u := newNodeUsage(n)
 	for _, a := range existing {
 		if !a.TerminalStatus() && !stopping[a.ID] {
 			u.add(a)
 		}
 	}
 	for _, a := range placing {
+		// A port already held, by the node's allocations or an earlier
+		// placement of this plan, is a collision: two schedulers picked
+		// it at once.
+		for _, p := range a.Ports() {
+			if u.ports[p.Value] > 0 {
+				return false, structs.PortCollision(p.Label, p.Value)
+			}
+		}
 		u.add(a)
 	}
 	switch {

@@ -310,21 +310,29 @@ func (p *planner) recordFailure(group string, m *structs.AllocMetric) {
 // newAlloc builds a pending allocation of tg at idx on node.
 func (p *planner) newAlloc(tg *structs.TaskGroup, idx int, node *structs.Node) *structs.Allocation {
 	ask := groupAsk(tg)
+	var allocated *structs.AllocatedResources
+	if u := p.usage[node.ID]; u != nil {
+		// fit loaded the node's usage and found these ports free.
+		if ports, _ := assignPorts(node, u, tg); len(ports) > 0 {
+			allocated = &structs.AllocatedResources{Shared: structs.AllocatedSharedResources{Ports: ports}}
+		}
+	}
 	return &structs.Allocation{
-		ID:            p.opts.NewID(),
-		Namespace:     p.job.Namespace,
-		EvalID:        p.eval.ID,
-		Name:          structs.AllocName(p.job.ID, tg.Name, idx),
-		NodeID:        node.ID,
-		NodeName:      node.Name,
-		JobID:         p.job.ID,
-		Job:           p.job,
-		TaskGroup:     tg.Name,
-		Resources:     &ask,
-		DesiredStatus: structs.AllocDesiredStatusRun,
-		ClientStatus:  structs.AllocClientStatusPending,
-		CreateTime:    p.now,
-		ModifyTime:    p.now,
+		ID:                 p.opts.NewID(),
+		AllocatedResources: allocated,
+		Namespace:          p.job.Namespace,
+		EvalID:             p.eval.ID,
+		Name:               structs.AllocName(p.job.ID, tg.Name, idx),
+		NodeID:             node.ID,
+		NodeName:           node.Name,
+		JobID:              p.job.ID,
+		Job:                p.job,
+		TaskGroup:          tg.Name,
+		Resources:          &ask,
+		DesiredStatus:      structs.AllocDesiredStatusRun,
+		ClientStatus:       structs.AllocClientStatusPending,
+		CreateTime:         p.now,
+		ModifyTime:         p.now,
 	}
 }
 

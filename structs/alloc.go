@@ -42,6 +42,8 @@ type Allocation struct {
 	TaskGroup string
 	// Resources is the sum of the group's task resources.
 	Resources *Resources
+	// AllocatedResources are the host ports the scheduler gave it.
+	AllocatedResources *AllocatedResources `json:",omitempty"`
 
 	DesiredStatus      string
 	DesiredDescription string
@@ -200,6 +202,11 @@ func (a *Allocation) Copy() *Allocation {
 	if a.Resources != nil {
 		r := *a.Resources
 		c.Resources = &r
+	}
+	if a.AllocatedResources != nil {
+		ar := *a.AllocatedResources
+		ar.Shared.Ports = append([]AllocatedPortMapping(nil), a.AllocatedResources.Shared.Ports...)
+		c.AllocatedResources = &ar
 	}
 	if a.TaskStates != nil {
 		c.TaskStates = make(map[string]*TaskState, len(a.TaskStates))

@@ -78,7 +78,10 @@ type TaskGroup struct {
 	// Volumes are the CSI volumes the group claims, by the name tasks use
 	// in their volume_mount blocks.
 	Volumes map[string]*VolumeRequest
-	Meta    map[string]string
+	// Networks is the group's network block (at most one): the ports its
+	// tasks listen on, shared by the group.
+	Networks []*NetworkResource `json:",omitempty"`
+	Meta     map[string]string
 }
 
 // Task is one process.
@@ -358,6 +361,7 @@ func (tg *TaskGroup) validate(jobType string, p *Problems) {
 	if len(tg.Tasks) == 0 {
 		add("group has no tasks")
 	}
+	tg.validateNetworks(add)
 	if rp := tg.RestartPolicy; rp != nil {
 		if rp.Attempts < 0 || rp.Interval < 0 || rp.Delay < 0 {
 			add("restart: attempts, interval and delay must not be negative")

@@ -87,14 +87,17 @@ type CSINodeInfo struct {
 type Node struct {
 	ID string
 	// SecretID authenticates the node's own RPCs. Never returned by reads.
-	SecretID              string
-	Name                  string
-	Datacenter            string
-	NodeClass             string
-	HTTPAddr              string
-	Attributes            map[string]string
-	Meta                  map[string]string
-	Drivers               map[string]*DriverInfo
+	SecretID   string
+	Name       string
+	Datacenter string
+	NodeClass  string
+	HTTPAddr   string
+	Attributes map[string]string
+	Meta       map[string]string
+	Drivers    map[string]*DriverInfo
+	// NodeResources is the node's dynamic port range; nil means Nomad's
+	// default, 20000-32000.
+	NodeResources         *NodeResources `json:",omitempty"`
 	CSIControllerPlugins  map[string]*CSIInfo
 	CSINodePlugins        map[string]*CSIInfo
 	Status                string
@@ -135,6 +138,9 @@ func (n *Node) Validate() error {
 	if err := ValidateID(IDKindNodeName, n.Name); err != nil {
 		return err
 	}
+	if r := n.NodeResources; r != nil && (r.MinDynamicPort < 1 || r.MaxDynamicPort > 65535 || r.MinDynamicPort > r.MaxDynamicPort) {
+		return fmt.Errorf("%w: dynamic port range %d-%d is not within 1-65535, low to high", ErrInvalidRequest, r.MinDynamicPort, r.MaxDynamicPort)
+	}
 	// Plugin IDs a client reports become the servers' plugin IDs, which
 	// volumes name and clients turn into directories.
 	for _, plugins := range []map[string]*CSIInfo{n.CSIControllerPlugins, n.CSINodePlugins} {
@@ -167,6 +173,10 @@ func (n *Node) Copy() *Node {
 	if n.DrainStrategy != nil {
 		d := *n.DrainStrategy
 		c.DrainStrategy = &d
+	}
+	if n.NodeResources != nil {
+		r := *n.NodeResources
+		c.NodeResources = &r
 	}
 	if n.LastDrain != nil {
 		ld := *n.LastDrain

@@ -271,6 +271,7 @@ func (a *Agent) clientConfig(httpAdvertise string) (*client.Config, error) {
 	cc.DisableExec = !c.execEnabled()
 	cc.ChrootEnv = c.Client.ChrootEnv
 	cc.UserDenylist = c.userDenylist()
+	cc.MinDynamicPort, cc.MaxDynamicPort = c.Client.MinDynamicPort, c.Client.MaxDynamicPort
 	cc.IntroToken = c.Client.IntroToken
 	if len(cc.Servers) == 0 && a.server != nil {
 		cc.Servers = []string{a.server.Addr()}

@@ -210,6 +210,10 @@ type ClientConfig struct {
 	// IntroToken is this node's introduction credential, shown when it
 	// registers for the first time.
 	IntroToken string `hcl:"intro_token,optional"`
+	// MinDynamicPort and MaxDynamicPort bound the ports the scheduler picks
+	// for dynamic port labels on this node (Nomad's 20000-32000 unset).
+	MinDynamicPort int `hcl:"min_dynamic_port,optional"`
+	MaxDynamicPort int `hcl:"max_dynamic_port,optional"`
 	// ChrootEnv is what exec tasks see of the host, read-only: host path =
 	// path inside the task. Unset, Nomad's default list.
 	ChrootEnv map[string]string `hcl:"chroot_env,optional"`
@@ -524,6 +528,8 @@ func (c *Config) Merge(o *Config) *Config {
 		setStr(&cl.StopOnClientAfter, o.Client.StopOnClientAfter)
 		setStr(&cl.IntroToken, o.Client.IntroToken)
 		cl.CSIPlugins = append(append([]*CSIPluginConfig(nil), cl.CSIPlugins...), o.Client.CSIPlugins...)
+		setInt(&cl.MinDynamicPort, o.Client.MinDynamicPort)
+		setInt(&cl.MaxDynamicPort, o.Client.MaxDynamicPort)
 		cl.Meta = mergeMap(cl.Meta, o.Client.Meta)
 		cl.Options = mergeMap(cl.Options, o.Client.Options)
 		if o.Client.ChrootEnv != nil {
