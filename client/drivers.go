@@ -85,3 +85,13 @@ func (d *taskDrivers) infos(disableRawExec bool, attrs map[string]string) map[st
 	}
 	return out
 }
+
+// reattach re-attaches to a task a previous client started with driver.
+// exec cleans up after a task whose executor is gone; when exec is not
+// available now, raw_exec's supervision still re-attaches and stops it.
+func (d *taskDrivers) reattach(driver string, st rawexec.HandleState) (*rawexec.Handle, error) {
+	if driver == execDriver && d.exec != nil {
+		return d.exec.Reattach(st)
+	}
+	return d.raw.Reattach(st)
+}

@@ -157,7 +157,7 @@ func (tr *taskRunner) run(ctx context.Context) {
 		lost   error // set when the task ended without an exit status
 	)
 	if restored != nil {
-		h, err := tr.drivers.raw.Reattach(*restored)
+		h, err := tr.drivers.reattach(tr.task.Driver, *restored)
 		if err != nil {
 			tr.logger.Warn("could not re-attach to task", "error", err)
 			lost = err

@@ -213,8 +213,25 @@ func (d *Driver) Start(ctx context.Context, cfg TaskConfig) (*rawexec.Handle, er
 }
 
 // Reattach re-attaches to a task started by an earlier driver.
+//
+// A task whose executor is gone (killed with -9, say) has nobody left to
+// record its exit or to empty and remove its cgroup: Reattach kills the
+// cgroup, every process in it, removes it, and returns an error that
+// wraps rawexec.ErrTaskGone, so the task is restarted by its policy.
 func (d *Driver) Reattach(st rawexec.HandleState) (*rawexec.Handle, error) {
-	return d.sup.Reattach(st)
+	h, err := d.sup.Reattach(st)
+	if err == nil && (!h.IsRunning() || h.ExecutorAlive()) {
+		return h, nil
+	}
+	path := d.parent + "/" + cgroupName(st.ID)
+	if cerr := removeTaskCgroup(path); cerr != nil {
+		d.logger.Warn("could not remove the cgroup of a task without an executor", "task_id", st.ID, "cgroup", path, "error", cerr)
+	}
+	if err != nil {
+		return nil, err
+	}
+	d.logger.Warn("the task's executor is gone; killed the task and its cgroup", "task_id", st.ID, "cgroup", path)
+	return nil, fmt.Errorf("exec: reattach task %q: its executor is gone, the task was killed: %w", st.ID, rawexec.ErrTaskGone)
 }
 
 // cgroupName makes a task ID a single cgroup directory name.

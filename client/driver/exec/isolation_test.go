@@ -7,11 +7,13 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/opencontainers/cgroups"
 	"github.com/shoenig/test/must"
+	"github.com/shoenig/test/wait"
 
 	"github.com/roamhq/roam/client/driver/rawexec"
 )
@@ -207,4 +209,125 @@ func TestExec_InitRefusesOutsideItsNamespace(t *testing.T) {
 	must.True(t, errors.As(err, &exit), must.Sprintf("exec-init: %v, output %s", err, out))
 	must.Eq(t, 1, exit.ExitCode())
 	must.StrContains(t, string(out), "not pid 1 of a new pid namespace")
+}
+
+// Two CPU hogs pinned to one core split it by their cpu shares: the one
+// asking for 100 MHz gets about a tenth beside one asking for 900.
+func TestExec_CPUSharesUnderContention(t *testing.T) {
+	t.Parallel()
+	d := testDriver(t, nil)
+	hog := func(name string, cpu int) cgroups.Manager {
+		_, cfg := startTask(t, d, TaskConfig{
+			ID:        "a1b2c3/" + name,
+			Command:   "/usr/bin/taskset",
+			Args:      []string{"-c", "0", "/bin/sh", "-c", "while :; do :; done"},
+			Resources: Resources{CPU: cpu, MemoryMB: 32},
+		})
+		return taskCgroup(t, d, cfg.ID)
+	}
+	small, big := hog("cpu-small", 100), hog("cpu-big", 900)
+	usage := func(m cgroups.Manager) uint64 {
+		st, err := m.GetStats()
+		must.NoError(t, err)
+		return st.CpuStats.CpuUsage.TotalUsage
+	}
+	// Both must be burning before the window opens.
+	waitFor(t, "both hogs to run", func() bool { return usage(small) > 0 && usage(big) > 0 })
+	s0, b0 := usage(small), usage(big)
+	var ds, db uint64
+	// A loaded machine gives the pair only part of the core: wait for the
+	// CPU time, not for a wall-clock span.
+	must.Wait(t, wait.InitialSuccess(
+		wait.BoolFunc(func() bool {
+			ds, db = usage(small)-s0, usage(big)-b0
+			return ds+db >= 1e9
+		}),
+		wait.Timeout(90*time.Second),
+		wait.Gap(50*time.Millisecond),
+	), must.Sprint("waiting for a CPU-second between the hogs"))
+	share := float64(ds) / float64(ds+db)
+	t.Logf("cpu=100 got %.1f%% of core 0 beside cpu=900 (%.2fs vs %.2fs)", 100*share, float64(ds)/1e9, float64(db)/1e9)
+	must.Less(t, 0.25, share, must.Sprint("the small task took more than its share"))
+	must.Greater(t, 0.02, share, must.Sprint("the small task was starved"))
+}
+
+// A client restarted while an exec task runs re-attaches to it: the same
+// process, in the same cgroup, under the same limits; stopping it through
+// the new handle leaves nothing behind.
+func TestExec_ReattachKeepsTheTaskAndItsLimits(t *testing.T) {
+	t.Parallel()
+	d := testDriver(t, nil)
+	h, cfg := startTask(t, d, TaskConfig{
+		Command:   "/bin/sh",
+		Args:      []string{"-c", "sleep 300 & exec sleep 300"},
+		Resources: Resources{MemoryMB: 48, PidsLimit: 64},
+	})
+	cg := taskCgroup(t, d, cfg.ID)
+	waitFor(t, "both processes in the cgroup", func() bool {
+		pids, err := cgroups.GetAllPids(pidsDir(cg))
+		return err == nil && len(pids) == 2
+	})
+	before, err := cgroups.GetAllPids(pidsDir(cg))
+	must.NoError(t, err)
+
+	// A new client process: a new driver, from the persisted state only.
+	again := testDriver(t, nil)
+	h2, err := again.Reattach(h.State())
+	must.NoError(t, err)
+	must.True(t, h2.IsRunning())
+	must.Eq(t, h.State().TaskPID, h2.State().TaskPID)
+	after, err := cgroups.GetAllPids(pidsDir(cg))
+	must.NoError(t, err)
+	must.SliceContainsAll(t, before, after, must.Sprint("nothing started twice, nothing lost"))
+	st, err := cg.GetStats()
+	must.NoError(t, err)
+	must.Eq(t, uint64(48<<20), st.MemoryStats.Usage.Limit)
+	must.Eq(t, uint64(64), st.PidsStats.Limit)
+
+	must.NoError(t, h2.Kill(testCtx(t), "SIGKILL", time.Second))
+	res, err := h2.Wait(testCtx(t))
+	must.NoError(t, err)
+	must.Eq(t, int(syscall.SIGKILL), res.Signal)
+	for _, pid := range before {
+		waitFor(t, "process "+strconv.Itoa(pid)+" to be gone", func() bool { return processGone(pid) })
+	}
+	waitFor(t, "the cgroup to be removed", func() bool { return !cgroupExists(cg) })
+}
+
+// An executor killed with -9 leaves its task without a supervisor; the
+// next client's re-attach kills every process of the task and removes its
+// cgroup, and reports the task gone.
+func TestExec_ExecutorKilledLeavesNothingBehind(t *testing.T) {
+	t.Parallel()
+	d := testDriver(t, nil)
+	h, cfg := startTask(t, d, TaskConfig{
+		Command: "/bin/sh",
+		Args:    []string{"-c", "sleep 300 & sleep 300 & wait"},
+	})
+	cg := taskCgroup(t, d, cfg.ID)
+	waitFor(t, "the task's three processes", func() bool {
+		pids, err := cgroups.GetAllPids(pidsDir(cg))
+		return err == nil && len(pids) == 3
+	})
+	pids, err := cgroups.GetAllPids(pidsDir(cg))
+	must.NoError(t, err)
+	state := h.State()
+	must.NoError(t, syscall.Kill(state.ExecutorPID, syscall.SIGKILL))
+	// This test process started the executor: reap it, as init would once
+	// the client that started it is gone.
+	waitFor(t, "the executor to be gone", func() bool {
+		h.IsRunning()
+		return processGone(state.ExecutorPID)
+	})
+	for _, pid := range pids {
+		must.False(t, processGone(pid), must.Sprintf("process %d died with its executor", pid))
+	}
+
+	_, err = testDriver(t, nil).Reattach(state)
+	must.ErrorIs(t, err, rawexec.ErrTaskGone)
+	must.ErrorContains(t, err, "its executor is gone")
+	for _, pid := range pids {
+		waitFor(t, "process "+strconv.Itoa(pid)+" to be gone", func() bool { return processGone(pid) })
+	}
+	must.False(t, cgroupExists(cg), must.Sprint("the cgroup is left"))
 }

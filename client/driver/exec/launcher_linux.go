@@ -132,6 +132,22 @@ func (l *launcher) Finished(res *rawexec.ExitResult) {
 	_ = destroyCgroup(l.cg)
 }
 
+// removeTaskCgroup kills whatever is left in the cgroup at path and
+// removes it; a cgroup that does not exist is already done.
+func removeTaskCgroup(path string) error {
+	m, err := manager.New(&cgroups.Cgroup{Path: path, Resources: &cgroups.Resources{SkipDevices: true}})
+	if err != nil {
+		return err
+	}
+	if _, err := os.Stat(pidsDir(m)); errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err := killCgroup(m); err != nil {
+		return err
+	}
+	return destroyCgroup(m)
+}
+
 // newCgroup returns a manager for the task's cgroup, with its limits.
 func newCgroup(c cgroupConfig) (cgroups.Manager, error) {
 	if c.Path == "" {

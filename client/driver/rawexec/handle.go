@@ -268,6 +268,10 @@ func (h *Handle) taskAlive() bool {
 	return h.state.TaskPID > 0 && processAlive(h.state.TaskPID, h.state.TaskStartTime)
 }
 
+// ExecutorAlive reports whether the task's executor still runs: the one
+// process that records the task's exit and cleans up after it.
+func (h *Handle) ExecutorAlive() bool { return h.executorAlive() }
+
 func (h *Handle) executorAlive() bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
