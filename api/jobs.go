@@ -97,6 +97,15 @@ type Task struct {
 	Meta         map[string]string
 	// CSIPluginConfig makes the task a CSI plugin the client manages.
 	CSIPluginConfig *TaskCSIPluginConfig `json:",omitempty"`
+	// Lifecycle runs the task before, beside or after the main tasks.
+	Lifecycle *TaskLifecycle `json:",omitempty"`
+}
+
+// TaskLifecycle is a task's lifecycle block: Hook prestart, poststart or
+// poststop, Sidecar to keep it running beside the main tasks.
+type TaskLifecycle struct {
+	Hook    string
+	Sidecar bool
 }
 
 // TaskCSIPluginConfig says which CSI plugin a task serves and where,

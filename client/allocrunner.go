@@ -13,6 +13,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	execdriver "github.com/roamhq/roam/client/driver/exec"
+	"github.com/roamhq/roam/client/lifecycle"
 	"github.com/roamhq/roam/structs"
 )
 
@@ -201,6 +202,8 @@ func newAllocRunner(cfg allocRunnerConfig) *allocRunner {
 		tr := &taskRunner{
 			allocID: alloc.ID,
 			task:    task,
+			lc:      lifecycleTask(task),
+			gate:    make(chan struct{}),
 			policy:  tg.RestartPolicy,
 			jobType: alloc.Job.Type,
 			dirs:    dirs,
@@ -306,6 +309,7 @@ func (ar *allocRunner) run(ctx context.Context) {
 		return
 	}
 
+	ar.applyLifecycle()
 	var wg sync.WaitGroup
 	for _, tr := range ar.tasks {
 		wg.Add(1)
@@ -577,7 +581,65 @@ func (ar *allocRunner) killAll(reason string) {
 	ar.mu.Unlock()
 	ar.logger.Info("killing tasks", "reason", reason)
 	for _, tr := range ar.tasks {
-		tr.kill(reason)
+		// poststop tasks run once the others are dead, however they
+		// ended; they are there to clean up after a stop too.
+		if tr.lc.Hook != lifecycle.Poststop {
+			tr.kill(reason)
+		}
+	}
+}
+
+func lifecycleTask(t *structs.Task) lifecycle.Task {
+	lt := lifecycle.Task{Name: t.Name, Hook: t.LifecycleHook()}
+	if t.Lifecycle != nil {
+		lt.Sidecar = t.Lifecycle.Sidecar
+	}
+	return lt
+}
+
+// lifecycleState is where a task stands for package lifecycle.
+func lifecycleState(st *structs.TaskState) lifecycle.State {
+	switch {
+	case st.State == structs.TaskStateDead && st.Failed:
+		return lifecycle.Failed
+	case st.State == structs.TaskStateDead:
+		return lifecycle.Succeeded
+	case st.State == structs.TaskStateRunning || !st.StartedAt.IsZero():
+		return lifecycle.Started
+	}
+	return lifecycle.NotStarted
+}
+
+func (ar *allocRunner) lifecycleView(states map[string]*structs.TaskState) ([]lifecycle.Task, map[string]lifecycle.State) {
+	tasks := make([]lifecycle.Task, 0, len(ar.tasks))
+	ls := make(map[string]lifecycle.State, len(ar.tasks))
+	for _, tr := range ar.tasks {
+		tasks = append(tasks, tr.lc)
+		if st := states[tr.task.Name]; st != nil {
+			ls[tr.task.Name] = lifecycleState(st)
+		}
+	}
+	return tasks, ls
+}
+
+// applyLifecycle lets the tasks whose turn has come start, and stops the
+// sidecars once the main tasks are done.
+func (ar *allocRunner) applyLifecycle() {
+	states := make(map[string]*structs.TaskState, len(ar.tasks))
+	for _, tr := range ar.tasks {
+		states[tr.task.Name] = tr.taskState()
+	}
+	tasks, ls := ar.lifecycleView(states)
+	d := lifecycle.Decide(tasks, ls)
+	for _, name := range d.Start {
+		if tr := ar.lookupTask(name); tr != nil {
+			tr.open()
+		}
+	}
+	for _, name := range d.Stop {
+		if tr := ar.lookupTask(name); tr != nil {
+			tr.kill("the main tasks have exited")
+		}
 	}
 }
 
@@ -593,12 +655,21 @@ func (ar *allocRunner) allDeadLocked() bool {
 // clientStatus derives the allocation's status from its tasks' states: any
 // failed task fails it; otherwise it is pending while any task is, running
 // while any task runs, and complete once all are dead.
-func clientStatus(states map[string]*structs.TaskState) (string, string) {
+//
+// A poststop task that waits for the others to end does not hold the
+// allocation pending; once they have, it does, so that the allocation is
+// not reported complete before its poststop tasks ran.
+func clientStatus(states map[string]*structs.TaskState, tasks []lifecycle.Task) (string, string) {
 	var failed, pending, running []string
+	ls := make(map[string]lifecycle.State, len(states))
+	for name, st := range states {
+		ls[name] = lifecycleState(st)
+	}
 	for name, st := range states {
 		switch {
 		case st.State == structs.TaskStateDead && st.Failed:
 			failed = append(failed, name)
+		case st.State == structs.TaskStatePending && lifecycle.AwaitsTurn(tasks, ls, name):
 		case st.State == structs.TaskStatePending:
 			pending = append(pending, name)
 		case st.State == structs.TaskStateRunning:
@@ -623,7 +694,8 @@ func (ar *allocRunner) taskStateChanged() {
 	for _, tr := range ar.tasks {
 		states[tr.task.Name] = tr.taskState()
 	}
-	status, desc := clientStatus(states)
+	tasks, _ := ar.lifecycleView(states)
+	status, desc := clientStatus(states, tasks)
 
 	ar.mu.Lock()
 	if status == structs.AllocClientStatusComplete && ar.stopReason != "" {
@@ -643,6 +715,7 @@ func (ar *allocRunner) taskStateChanged() {
 	if status == structs.AllocClientStatusFailed {
 		ar.killAll("another task in the group failed")
 	}
+	ar.applyLifecycle()
 	terminal := status == structs.AllocClientStatusComplete || status == structs.AllocClientStatusFailed
 	ar.report(update, terminal)
 }
@@ -654,7 +727,8 @@ func (ar *allocRunner) reportCurrent() {
 	for _, tr := range ar.tasks {
 		states[tr.task.Name] = tr.taskState()
 	}
-	status, desc := clientStatus(states)
+	tasks, _ := ar.lifecycleView(states)
+	status, desc := clientStatus(states, tasks)
 	ar.mu.Lock()
 	if status == structs.AllocClientStatusComplete && ar.stopReason != "" {
 		desc = ar.stopReason

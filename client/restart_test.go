@@ -80,7 +80,7 @@ func TestClientStatus(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			got, _ := clientStatus(tc.states)
+			got, _ := clientStatus(tc.states, nil)
 			must.Eq(t, tc.want, got)
 		})
 	}

@@ -15,6 +15,7 @@ import (
 
 	execdriver "github.com/roamhq/roam/client/driver/exec"
 	"github.com/roamhq/roam/client/driver/rawexec"
+	"github.com/roamhq/roam/client/lifecycle"
 	"github.com/roamhq/roam/structs"
 )
 
@@ -51,6 +52,13 @@ type taskRunner struct {
 	// without tr.mu held.
 	notify func()
 
+	// lc is the task's place in the group's lifecycle.
+	lc lifecycle.Task
+	// gate is closed when the task's turn to start has come (see
+	// package lifecycle); a task waits on it before its first start.
+	gate     chan struct{}
+	gateOnce sync.Once
+
 	// killCh is closed by kill.
 	killCh   chan struct{}
 	killOnce sync.Once
@@ -86,6 +94,9 @@ func (tr *taskRunner) kill(reason string) {
 		close(tr.killCh)
 	})
 }
+
+// open lets the task start; it may be called any number of times.
+func (tr *taskRunner) open() { tr.gateOnce.Do(func() { close(tr.gate) }) }
 
 func (tr *taskRunner) killRequested() bool {
 	select {
@@ -163,6 +174,14 @@ func (tr *taskRunner) run(ctx context.Context) {
 			lost = err
 		} else {
 			handle = h
+		}
+	} else {
+		// Its turn, a kill (then it never runs), or the client's end.
+		select {
+		case <-tr.gate:
+		case <-tr.killCh:
+		case <-ctx.Done():
+			return
 		}
 	}
 
@@ -253,7 +272,7 @@ func (tr *taskRunner) handleExit(ctx context.Context, res *rawexec.ExitResult, l
 		ev.ExitCode = -1
 	}
 
-	if success && tr.jobType == structs.JobTypeBatch {
+	if success && (tr.jobType == structs.JobTypeBatch || tr.lc.RunsToCompletion()) {
 		tr.setDead(false, ev)
 		return false
 	}

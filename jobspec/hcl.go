@@ -112,6 +112,12 @@ type hclTask struct {
 	Meta         *hclAttrs         `hcl:"meta,block"`
 	VolumeMounts []*hclVolumeMount `hcl:"volume_mount,block"`
 	CSIPlugin    *hclCSIPlugin     `hcl:"csi_plugin,block"`
+	Lifecycle    *hclLifecycle     `hcl:"lifecycle,block"`
+}
+
+type hclLifecycle struct {
+	Hook    string `hcl:"hook,optional"`
+	Sidecar bool   `hcl:"sidecar,optional"`
 }
 
 type hclCSIPlugin struct {
@@ -315,6 +321,9 @@ func (d *decoder) task(ht *hclTask) *structs.Task {
 	if p := ht.CSIPlugin; p != nil {
 		t.CSIPluginConfig = &structs.TaskCSIPluginConfig{ID: p.ID, Type: p.Type, MountDir: p.MountDir,
 			ControllerConcurrency: d.concurrency(p.ControllerConcurrency)}
+	}
+	if lc := ht.Lifecycle; lc != nil {
+		t.Lifecycle = &structs.TaskLifecycleConfig{Hook: lc.Hook, Sidecar: lc.Sidecar}
 	}
 	return t
 }

@@ -53,6 +53,7 @@ type jsonTask struct {
 	VolumeMounts    []*structs.VolumeMount
 	Meta            map[string]string
 	CSIPluginConfig *structs.TaskCSIPluginConfig
+	Lifecycle       *structs.TaskLifecycleConfig
 }
 
 // ParseJSON parses a job in the JSON shape of Nomad's HTTP API, either
@@ -170,11 +171,16 @@ func (jj *jsonJob) job() *structs.Job {
 				Meta:       t.Meta,
 
 				CSIPluginConfig: t.CSIPluginConfig,
+				Lifecycle:       t.Lifecycle,
 			}
 			for _, vm := range t.VolumeMounts {
 				if vm != nil {
 					task.VolumeMounts = append(task.VolumeMounts, vm)
 				}
+			}
+			if lc := task.Lifecycle; lc != nil && *lc == (structs.TaskLifecycleConfig{}) {
+				// Nomad's client may send an empty block for none.
+				task.Lifecycle = nil
 			}
 			set(&task.KillTimeout, t.KillTimeout)
 			tg.Tasks = append(tg.Tasks, task)

@@ -133,6 +133,7 @@ var taskFields = schema{
 	}),
 	// A plugin task's socket directory is relative to its task directory;
 	// Nomad's client defaults it to "/csi", which reads the same.
+	"Lifecycle": readObject(schema{"Hook": read, "Sidecar": read}),
 	"CSIPluginConfig": readObject(schema{
 		"ID": read, "Type": read, "MountDir": read,
 		"StagePublishBaseDir": clientDefault("/local/csi"),

@@ -103,6 +103,30 @@ type Task struct {
 	// CSIPluginConfig, when set, makes the task a CSI plugin: the client
 	// tells it where to listen (CSI_ENDPOINT) and manages it while it runs.
 	CSIPluginConfig *TaskCSIPluginConfig
+	// Lifecycle, when set, runs the task before, beside or after the
+	// group's main tasks.
+	Lifecycle *TaskLifecycleConfig `json:",omitempty"`
+}
+
+// Lifecycle hooks, as in Nomad.
+const (
+	TaskLifecycleHookPrestart  = "prestart"
+	TaskLifecycleHookPoststart = "poststart"
+	TaskLifecycleHookPoststop  = "poststop"
+)
+
+// TaskLifecycleConfig is a task's lifecycle block.
+type TaskLifecycleConfig struct {
+	Hook    string
+	Sidecar bool
+}
+
+// LifecycleHook is the task's hook, "" for a main task.
+func (t *Task) LifecycleHook() string {
+	if t.Lifecycle == nil {
+		return ""
+	}
+	return t.Lifecycle.Hook
 }
 
 // CSI plugin types a task may declare: which of the plugin's services the
@@ -362,6 +386,7 @@ func (tg *TaskGroup) validate(jobType string, p *Problems) {
 		add("group has no tasks")
 	}
 	tg.validateNetworks(add)
+	tg.validateLifecycle(add)
 	if rp := tg.RestartPolicy; rp != nil {
 		if rp.Attempts < 0 || rp.Interval < 0 || rp.Delay < 0 {
 			add("restart: attempts, interval and delay must not be negative")

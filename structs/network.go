@@ -186,3 +186,34 @@ func (tg *TaskGroup) validateNetworks(add func(string, ...any)) {
 func PortCollision(label string, port int) string {
 	return fmt.Sprintf("network: reserved port collision %s=%d", label, port)
 }
+
+// validateLifecycle adds the problems of the group's lifecycle blocks: a
+// hook Nomad has, no sidecar poststop, and at least one main task.
+func (tg *TaskGroup) validateLifecycle(add func(string, ...any)) {
+	mains := 0
+	for _, t := range tg.Tasks {
+		if t == nil {
+			continue
+		}
+		lc := t.Lifecycle
+		if lc == nil {
+			mains++
+			continue
+		}
+		switch lc.Hook {
+		case TaskLifecycleHookPrestart, TaskLifecycleHookPoststart:
+		case TaskLifecycleHookPoststop:
+			if lc.Sidecar {
+				add("task %q: lifecycle: a poststop task cannot be a sidecar", t.Name)
+			}
+		default:
+			add("task %q: lifecycle: hook %q is not one of prestart, poststart, poststop", t.Name, lc.Hook)
+		}
+		if t.CSIPluginConfig != nil {
+			add("task %q: lifecycle: a csi_plugin task runs beside the group's tasks; it takes no lifecycle block", t.Name)
+		}
+	}
+	if len(tg.Tasks) > 0 && mains == 0 {
+		add("every task has a lifecycle hook; a group needs at least one main task")
+	}
+}
