@@ -200,7 +200,7 @@ func (s *controllerServer) CreateVolume(ctx context.Context, req *csi.CreateVolu
 			if err := s.p.store.inStateDir(func(root *os.Root) error { return replaceTree(root, srcDir, dir) }); err != nil {
 				return fmt.Errorf("cloning volume %s: %w", src.ID, err)
 			}
-		} else if err := s.p.store.inStateDir(func(root *os.Root) error { return root.MkdirAll(dir, 0o777) }); err != nil {
+		} else if err := s.p.store.inStateDir(func(root *os.Root) error { return mkVolumeDir(root, dir) }); err != nil {
 			return fmt.Errorf("creating volume dir: %w", err)
 		}
 		vol = volume{

@@ -3,6 +3,7 @@ package hostpath
 import (
 	"context"
 	"fmt"
+	"os"
 	"testing"
 	"time"
 
@@ -239,4 +240,24 @@ func waitInFlight(p *Plugin, want int64) *wait.Constraint {
 		wait.Timeout(10*time.Second),
 		wait.Gap(5*time.Millisecond),
 	)
+}
+
+// A new volume's root is writable by any user, whatever the umask (the
+// usual 022 would make it 0755), so a task run as nobody can write to the
+// volume it claims.
+func TestCreateVolume_RootIsWorldWritable(t *testing.T) {
+	stateDir := t.TempDir()
+	cfg, _ := testConfig(t, stateDir, "node-a")
+	c := dial(t, startPlugin(t, cfg))
+	v, err := c.ctrl.CreateVolume(context.Background(), &csi.CreateVolumeRequest{
+		Name: "shared", VolumeCapabilities: []*csi.VolumeCapability{singleWriter},
+	})
+	must.NoError(t, err)
+	st, err := newStore(stateDir)
+	must.NoError(t, err)
+	dir, err := st.volumeDir(v.GetVolume().GetVolumeId())
+	must.NoError(t, err)
+	fi, err := os.Stat(dir)
+	must.NoError(t, err)
+	must.Eq(t, os.FileMode(0o777), fi.Mode().Perm())
 }

@@ -31,7 +31,7 @@ func (s *store) writeFSSize(v *volume) error {
 		return err
 	}
 	return s.inStateDir(func(root *os.Root) error {
-		if err := root.MkdirAll(name, 0o777); err != nil {
+		if err := mkVolumeDir(root, name); err != nil {
 			return fmt.Errorf("creating volume dir: %w", err)
 		}
 		tmp := filepath.Join(name, FSSizeFile+".tmp")

@@ -298,7 +298,7 @@ func (s *nodeServer) makeLink(id, target string) error {
 	default:
 		return status.Errorf(codes.FailedPrecondition, "target path %s exists and is not a directory", target)
 	}
-	if err := s.p.store.inStateDir(func(root *os.Root) error { return root.MkdirAll(name, 0o777) }); err != nil {
+	if err := s.p.store.inStateDir(func(root *os.Root) error { return mkVolumeDir(root, name) }); err != nil {
 		return fmt.Errorf("creating volume dir: %w", err)
 	}
 	if err := t.root.Symlink(dir, t.rel); err != nil {

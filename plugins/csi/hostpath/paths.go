@@ -66,6 +66,24 @@ func (s *store) inStateDir(fn func(root *os.Root) error) error {
 	return fn(root)
 }
 
+// volumeDirMode is a new volume's root: writable by everyone, as many
+// provisioners leave an empty file system, so that a task run as an
+// unprivileged user (the exec driver's default, nobody) can write to the
+// volume it claims. Only tasks the volume is published to see it.
+const volumeDirMode = 0o777
+
+// mkVolumeDir makes a volume's data dir under root with volumeDirMode,
+// whatever the umask; an existing one is left as it is.
+func mkVolumeDir(root *os.Root, name string) error {
+	if _, err := root.Stat(name); err == nil {
+		return nil
+	}
+	if err := root.MkdirAll(name, volumeDirMode); err != nil {
+		return err
+	}
+	return root.Chmod(name, volumeDirMode)
+}
+
 // volumeDir is the absolute path of a volume's data dir, which node
 // publish links to.
 func (s *store) volumeDir(id string) (string, error) {

@@ -65,7 +65,7 @@ func (s *controllerServer) CreateSnapshot(ctx context.Context, req *csi.CreateSn
 			return err
 		}
 		err = s.p.store.inStateDir(func(root *os.Root) error {
-			if err := root.MkdirAll(volDir, 0o777); err != nil {
+			if err := mkVolumeDir(root, volDir); err != nil {
 				return fmt.Errorf("creating volume dir: %w", err)
 			}
 			if err := replaceTree(root, volDir, snapDir); err != nil {
