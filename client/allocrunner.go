@@ -14,6 +14,7 @@ import (
 
 	execdriver "github.com/roamhq/roam/client/driver/exec"
 	"github.com/roamhq/roam/client/lifecycle"
+	"github.com/roamhq/roam/client/taskenv"
 	"github.com/roamhq/roam/structs"
 )
 
@@ -142,12 +143,14 @@ type allocRunnerConfig struct {
 	dataDir string
 	// datacenter is the node's, for the tasks' NOMAD_DC.
 	datacenter string
-	drivers    *taskDrivers
-	db         *stateDB
-	hook       VolumeHook
-	logger     hclog.Logger
-	report     func(*structs.Allocation, bool)
-	restored   *restoredAlloc // nil for a new allocation
+	// nodeVars are the node's interpolation variables (package taskenv).
+	nodeVars map[string]string
+	drivers  *taskDrivers
+	db       *stateDB
+	hook     VolumeHook
+	logger   hclog.Logger
+	report   func(*structs.Allocation, bool)
+	restored *restoredAlloc // nil for a new allocation
 	// csi takes the allocation's CSI plugin tasks; nil ignores them.
 	csi csiPluginHost
 }
@@ -200,21 +203,22 @@ func newAllocRunner(cfg allocRunnerConfig) *allocRunner {
 			dirs = newTaskDirs(ar.allocDir, task.Name)
 		}
 		tr := &taskRunner{
-			allocID: alloc.ID,
-			task:    task,
-			lc:      lifecycleTask(task),
-			gate:    make(chan struct{}),
-			policy:  tg.RestartPolicy,
-			jobType: alloc.Job.Type,
-			dirs:    dirs,
-			env:     taskEnv(alloc, task, dirs, cfg.datacenter),
-			drivers: cfg.drivers,
-			db:      cfg.db,
-			logger:  ar.logger.With("task", task.Name),
-			notify:  ar.taskStateChanged,
-			killCh:  make(chan struct{}),
-			doneCh:  make(chan struct{}),
-			csi:     cfg.csi,
+			allocID:  alloc.ID,
+			task:     task,
+			lc:       lifecycleTask(task),
+			gate:     make(chan struct{}),
+			policy:   tg.RestartPolicy,
+			jobType:  alloc.Job.Type,
+			dirs:     dirs,
+			env:      taskenv.Env(taskEnv(alloc, task, dirs, cfg.datacenter), cfg.nodeVars),
+			nodeVars: cfg.nodeVars,
+			drivers:  cfg.drivers,
+			db:       cfg.db,
+			logger:   ar.logger.With("task", task.Name),
+			notify:   ar.taskStateChanged,
+			killCh:   make(chan struct{}),
+			doneCh:   make(chan struct{}),
+			csi:      cfg.csi,
 		}
 		tr.volumeBinds = ar.execBinds(task)
 		if task.CSIPluginConfig != nil && dirs.TaskDir != "" {

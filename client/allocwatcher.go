@@ -29,9 +29,12 @@ type allocManagerConfig struct {
 	DataDir string
 	// Datacenter is the node's.
 	Datacenter string
-	RPC        rpcer
-	DB         *stateDB
-	Drivers    *taskDrivers
+	// NodeVars are the node's ${node.*}, ${attr.*} and ${meta.*} for
+	// interpolation in task config and env; nil has none.
+	NodeVars func() map[string]string
+	RPC      rpcer
+	DB       *stateDB
+	Drivers  *taskDrivers
 	// VolumeHook mounts group volumes; nil means volumes are unsupported.
 	VolumeHook VolumeHook
 	// CSI takes the CSI plugin tasks the node runs; nil ignores them.
@@ -142,6 +145,13 @@ func (m *allocManager) shutdown(ctx context.Context) error {
 	return m.shutdownErr
 }
 
+func (m *allocManager) nodeVars() map[string]string {
+	if m.cfg.NodeVars == nil {
+		return nil
+	}
+	return m.cfg.NodeVars()
+}
+
 // startRunner starts a runner for alloc, or none (nil) once killAll has
 // begun.
 func (m *allocManager) startRunner(alloc *structs.Allocation, restored *restoredAlloc) *allocRunner {
@@ -149,6 +159,7 @@ func (m *allocManager) startRunner(alloc *structs.Allocation, restored *restored
 		alloc:      alloc,
 		dataDir:    m.cfg.DataDir,
 		datacenter: m.cfg.Datacenter,
+		nodeVars:   m.nodeVars(),
 		drivers:    m.cfg.Drivers,
 		db:         m.cfg.DB,
 		hook:       m.cfg.VolumeHook,

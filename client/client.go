@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/roamhq/roam/client/taskenv"
 	"github.com/roamhq/roam/structs"
 )
 
@@ -28,6 +29,9 @@ type Client struct {
 	mu sync.Mutex
 	// servers are the addresses to try, configured first, then learned.
 	servers []string
+	// registeredVars are the interpolation variables of the node as last
+	// registered (package taskenv).
+	registeredVars map[string]string
 	// next is the index in servers of the next server to dial.
 	next int
 	conn *serverConn
@@ -147,6 +151,7 @@ func NewClient(config *Config) (*Client, error) {
 		NodeID:          id.NodeID,
 		DataDir:         config.DataDir,
 		Datacenter:      config.Datacenter,
+		NodeVars:        c.nodeVars,
 		RPC:             c,
 		DB:              db,
 		Drivers:         drivers,
@@ -487,6 +492,7 @@ func (c *Client) register(resp *structs.NodeUpdateResponse) error {
 	}
 	c.mu.Lock()
 	node := c.buildNode()
+	c.registeredVars = taskenv.NodeVars(node)
 	c.mu.Unlock()
 	if err := c.RPC("Node.Register", &structs.NodeRegisterRequest{Node: node, IntroToken: c.config.IntroToken, CSILeaderTerm: c.csi.LeaderTerm()}, resp); err != nil {
 		return fmt.Errorf("register node: %w", err)
@@ -498,6 +504,14 @@ func (c *Client) register(resp *structs.NodeUpdateResponse) error {
 	c.registeredOnce.Do(func() { close(c.registeredCh) })
 	c.logger.Info("node registered", "node_id", node.ID, "heartbeat_ttl", resp.HeartbeatTTL)
 	return nil
+}
+
+// nodeVars are the interpolation variables of the node as last
+// registered; allocations start only once it is.
+func (c *Client) nodeVars() map[string]string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.registeredVars
 }
 
 // allocUpdateInterval is how often allocation status updates are batched

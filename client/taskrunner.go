@@ -16,6 +16,7 @@ import (
 	execdriver "github.com/roamhq/roam/client/driver/exec"
 	"github.com/roamhq/roam/client/driver/rawexec"
 	"github.com/roamhq/roam/client/lifecycle"
+	"github.com/roamhq/roam/client/taskenv"
 	"github.com/roamhq/roam/structs"
 )
 
@@ -37,7 +38,9 @@ type taskRunner struct {
 	jobType string
 	dirs    taskDirs
 	env     map[string]string
-	drivers *taskDrivers
+	// nodeVars are the node's ${node.*}, ${attr.*} and ${meta.*}.
+	nodeVars map[string]string
+	drivers  *taskDrivers
 	// volumeBinds gives an exec task its volume_mounts as bind mounts.
 	volumeBinds func(context.Context) ([]execdriver.VolumeMount, error)
 	db          *stateDB
@@ -342,6 +345,7 @@ func (tr *taskRunner) startRawExec(ctx context.Context) (*rawexec.Handle, error)
 	if err != nil {
 		return nil, err
 	}
+	command, args = tr.interpolate(command, args)
 	if err := tr.prepareCSIPlugin(); err != nil {
 		return nil, err
 	}
@@ -373,6 +377,7 @@ func (tr *taskRunner) startExec(ctx context.Context) (*rawexec.Handle, error) {
 	if err != nil {
 		return nil, err
 	}
+	command, args = tr.interpolate(command, args)
 	binds, err := tr.volumeBinds(ctx)
 	if err != nil {
 		return nil, err
@@ -473,6 +478,16 @@ func parseCommandConfig(parse func(map[string]any) (string, []string, error), cf
 		return "", nil, fmt.Errorf("%w: %w", errBadTaskConfig, err)
 	}
 	return command, args, nil
+}
+
+// interpolate resolves the ${...} references of a task's command and args
+// (package taskenv).
+func (tr *taskRunner) interpolate(command string, args []string) (string, []string) {
+	out := make([]string, len(args))
+	for i, a := range args {
+		out[i] = taskenv.Interpolate(a, tr.env, tr.nodeVars)
+	}
+	return taskenv.Interpolate(command, tr.env, tr.nodeVars), out
 }
 
 // taskEnv is the environment a task gets on top of the client's own:

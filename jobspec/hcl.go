@@ -384,8 +384,13 @@ func (d *decoder) strings(b *hclAttrs) map[string]string {
 	d.diags = append(d.diags, diags...)
 	out := make(map[string]string, len(attrs))
 	for name, attr := range attrs {
+		ctx, cdiags := runtimeContext(attr.Expr)
+		if cdiags.HasErrors() {
+			d.diags = append(d.diags, cdiags...)
+			continue
+		}
 		var s string
-		if diags := gohcl.DecodeExpression(attr.Expr, nil, &s); diags.HasErrors() {
+		if diags := gohcl.DecodeExpression(attr.Expr, ctx, &s); diags.HasErrors() {
 			d.diags = append(d.diags, diags...)
 			continue
 		}
@@ -403,7 +408,12 @@ func (d *decoder) config(b *hclAttrs) map[string]any {
 	d.diags = append(d.diags, diags...)
 	out := make(map[string]any, len(attrs))
 	for name, attr := range attrs {
-		v, diags := attr.Expr.Value(nil)
+		ctx, cdiags := runtimeContext(attr.Expr)
+		if cdiags.HasErrors() {
+			d.diags = append(d.diags, cdiags...)
+			continue
+		}
+		v, diags := attr.Expr.Value(ctx)
 		if diags.HasErrors() {
 			d.diags = append(d.diags, diags...)
 			continue

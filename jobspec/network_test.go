@@ -82,3 +82,35 @@ func TestParseJSON_NomadClientNetwork(t *testing.T) {
 		DynamicPorts:  []structs.Port{{Label: "http", To: -1}},
 	}}, job.TaskGroups[0].Networks)
 }
+
+// ${...} references in env and driver config are kept for the client to
+// interpolate; a reference by index is refused with its place.
+func TestParseHCL_RuntimeReferences(t *testing.T) {
+	job, err := ParseHCL("job.hcl", []byte(`job "a" {
+  group "g" {
+    task "t" {
+      driver = "raw_exec"
+      config {
+        command = "/bin/server"
+        args    = ["-listen", "${attr.unique.network.ip-address}:${NOMAD_PORT_http}", "${node.unique.name}", "$${literal}"]
+      }
+      env {
+        NODE = "${node.unique.id}-${meta.rack}"
+      }
+    }
+  }
+}`))
+	must.NoError(t, err)
+	task := job.TaskGroups[0].Tasks[0]
+	must.Eq(t, []any{"-listen", "${attr.unique.network.ip-address}:${NOMAD_PORT_http}", "${node.unique.name}", "${literal}"}, task.Config["args"].([]any))
+	must.Eq(t, "${node.unique.id}-${meta.rack}", task.Env["NODE"])
+
+	_, err = ParseHCL("job.hcl", []byte(oneTask("", `env {
+        X = "${env["HOME"]}"
+      }`)))
+	must.ErrorContains(t, err, "Unsupported reference")
+	_, err = ParseHCL("job.hcl", []byte(oneTask("", `env {
+        X = "${node.unique} ${node.unique.id}"
+      }`)))
+	must.ErrorContains(t, err, "${node.unique} is used both as a value and as an object")
+}
