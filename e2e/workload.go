@@ -5,6 +5,7 @@ package e2e
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -414,7 +415,10 @@ func killStrays(t testing.TB, dir string) {
 	}
 	self := os.Getpid()
 	needle := []byte(dir + string(filepath.Separator))
-	var killed []int
+	var (
+		killed  []int
+		cgroups []string
+	)
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil || pid == self {
@@ -422,8 +426,13 @@ func killStrays(t testing.TB, dir string) {
 		}
 		cmdline, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
 		environ, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "environ"))
-		if !bytes.Contains(cmdline, needle) && !bytes.Contains(environ, needle) {
+		// An exec task sees only its chroot: its root names the dir.
+		root, _ := os.Readlink(filepath.Join("/proc", e.Name(), "root"))
+		if !bytes.Contains(cmdline, needle) && !bytes.Contains(environ, needle) && !strings.HasPrefix(root, string(needle)) {
 			continue
+		}
+		if strings.HasPrefix(root, string(needle)) {
+			cgroups = append(cgroups, taskCgroups(pid)...)
 		}
 		if err := syscall.Kill(pid, syscall.SIGKILL); err == nil {
 			killed = append(killed, pid)
@@ -432,6 +441,40 @@ func killStrays(t testing.TB, dir string) {
 	if len(killed) > 0 {
 		t.Logf("e2e: killed %d leftover task/executor processes: %v", len(killed), killed)
 	}
+	// The exec tasks' cgroups go once the kernel has emptied them.
+	for _, dir := range cgroups {
+		_ = pollEvery(10*time.Second, 20*time.Millisecond, func() error {
+			if err := os.Remove(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return err
+			}
+			return nil
+		})
+	}
+}
+
+// taskCgroups are the cgroup directories of an exec task's process: one
+// per hierarchy it is in below /roam (the exec driver's parent).
+func taskCgroups(pid int) []string {
+	raw, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cgroup"))
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, line := range strings.Split(strings.TrimSpace(string(raw)), "\n") {
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) != 3 || !strings.HasPrefix(parts[2], "/roam/") {
+			continue
+		}
+		switch controllers := parts[1]; {
+		case controllers == "":
+			out = append(out, filepath.Join("/sys/fs/cgroup", parts[2]))
+			out = append(out, filepath.Join("/sys/fs/cgroup/unified", parts[2]))
+		default:
+			name := strings.TrimPrefix(controllers, "name=")
+			out = append(out, filepath.Join("/sys/fs/cgroup", name, parts[2]))
+		}
+	}
+	return out
 }
 
 // pidAlive reports whether a process with pid exists (and is not a zombie).

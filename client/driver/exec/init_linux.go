@@ -147,16 +147,20 @@ func orKind(m mount) string {
 func doMount(rootFD int, m mount) error {
 	switch m.Kind {
 	case mountBind:
-		if _, err := os.Stat(m.Source); err != nil {
+		fi, err := os.Stat(m.Source)
+		if err != nil {
 			if m.Optional && errors.Is(err, os.ErrNotExist) {
 				return nil
 			}
 			return err
 		}
+		// A chroot_env entry may be one file (a binary, /etc/passwd): its
+		// target is a file too.
+		file := m.File || !fi.IsDir()
 		if m.ReadOnly {
-			return bindReadOnly(rootFD, m.Source, m.Target, m.File)
+			return bindReadOnly(rootFD, m.Source, m.Target, file)
 		}
-		fd, err := openBeneath(rootFD, m.Target, m.File)
+		fd, err := openBeneath(rootFD, m.Target, file)
 		if err != nil {
 			return err
 		}

@@ -331,3 +331,18 @@ func TestExec_ExecutorKilledLeavesNothingBehind(t *testing.T) {
 	}
 	must.False(t, cgroupExists(cg), must.Sprint("the cgroup is left"))
 }
+
+// A chroot_env entry may be a single file: it is bound read-only at its
+// place, beside the directories.
+func TestExec_ChrootEnvFile(t *testing.T) {
+	t.Parallel()
+	host := filepath.Join(t.TempDir(), "motd")
+	must.NoError(t, os.WriteFile(host, []byte("from the host\n"), 0o644))
+	d := testDriver(t, func(c *Config) {
+		c.ChrootEnv = DefaultChrootEnv()
+		c.ChrootEnv[host] = "/opt/motd"
+	})
+	res, out, errOut := run(t, d, TaskConfig{}, `cat /opt/motd; if echo x > /opt/motd 2>/dev/null; then echo writable; fi`)
+	must.True(t, res.Successful(), must.Sprintf("result %+v, stderr %s", res, errOut))
+	must.Eq(t, "from the host\n", out)
+}
