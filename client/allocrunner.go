@@ -104,6 +104,9 @@ type allocRunner struct {
 	logger    hclog.Logger
 	// report sends the allocation's client-side status to the servers.
 	report func(update *structs.Allocation, terminal bool)
+	// reportMu makes reading the tasks' states and reporting them one
+	// step (see taskStateChanged).
+	reportMu sync.Mutex
 
 	tasks []*taskRunner
 	// setupErr fails the allocation before any task starts.
@@ -145,12 +148,14 @@ type allocRunnerConfig struct {
 	datacenter string
 	// nodeVars are the node's interpolation variables (package taskenv).
 	nodeVars map[string]string
-	drivers  *taskDrivers
-	db       *stateDB
-	hook     VolumeHook
-	logger   hclog.Logger
-	report   func(*structs.Allocation, bool)
-	restored *restoredAlloc // nil for a new allocation
+	// templateEvery is how often running tasks' templates are checked.
+	templateEvery time.Duration
+	drivers       *taskDrivers
+	db            *stateDB
+	hook          VolumeHook
+	logger        hclog.Logger
+	report        func(*structs.Allocation, bool)
+	restored      *restoredAlloc // nil for a new allocation
 	// csi takes the allocation's CSI plugin tasks; nil ignores them.
 	csi csiPluginHost
 }
@@ -203,22 +208,24 @@ func newAllocRunner(cfg allocRunnerConfig) *allocRunner {
 			dirs = newTaskDirs(ar.allocDir, task.Name)
 		}
 		tr := &taskRunner{
-			allocID:  alloc.ID,
-			task:     task,
-			lc:       lifecycleTask(task),
-			gate:     make(chan struct{}),
-			policy:   tg.RestartPolicy,
-			jobType:  alloc.Job.Type,
-			dirs:     dirs,
-			env:      taskenv.Env(taskEnv(alloc, task, dirs, cfg.datacenter), cfg.nodeVars),
-			nodeVars: cfg.nodeVars,
-			drivers:  cfg.drivers,
-			db:       cfg.db,
-			logger:   ar.logger.With("task", task.Name),
-			notify:   ar.taskStateChanged,
-			killCh:   make(chan struct{}),
-			doneCh:   make(chan struct{}),
-			csi:      cfg.csi,
+			allocID:       alloc.ID,
+			task:          task,
+			lc:            lifecycleTask(task),
+			gate:          make(chan struct{}),
+			restartCh:     make(chan string, 1),
+			templateEvery: cfg.templateEvery,
+			policy:        tg.RestartPolicy,
+			jobType:       alloc.Job.Type,
+			dirs:          dirs,
+			env:           taskenv.Env(taskEnv(alloc, task, dirs, cfg.datacenter), cfg.nodeVars),
+			nodeVars:      cfg.nodeVars,
+			drivers:       cfg.drivers,
+			db:            cfg.db,
+			logger:        ar.logger.With("task", task.Name),
+			notify:        ar.taskStateChanged,
+			killCh:        make(chan struct{}),
+			doneCh:        make(chan struct{}),
+			csi:           cfg.csi,
 		}
 		tr.volumeBinds = ar.execBinds(task)
 		if task.CSIPluginConfig != nil && dirs.TaskDir != "" {
@@ -693,7 +700,13 @@ func clientStatus(states map[string]*structs.TaskState, tasks []lifecycle.Task) 
 
 // taskStateChanged recomputes the allocation's status, kills the other
 // tasks when one fails, and reports a changed status to the servers.
+//
+// The states are read and reported under reportMu: task runners call it
+// concurrently, and the updater keeps the last report it is given, so a
+// snapshot taken earlier must never be reported after a later one (it
+// would stand until the next change, which may never come).
 func (ar *allocRunner) taskStateChanged() {
+	ar.reportMu.Lock()
 	states := make(map[string]*structs.TaskState, len(ar.tasks))
 	for _, tr := range ar.tasks {
 		states[tr.task.Name] = tr.taskState()
@@ -715,18 +728,21 @@ func (ar *allocRunner) taskStateChanged() {
 	}
 	ar.lastStatus, ar.lastDesc = status, desc
 	ar.mu.Unlock()
+	terminal := status == structs.AllocClientStatusComplete || status == structs.AllocClientStatusFailed
+	ar.report(update, terminal)
+	ar.reportMu.Unlock()
 
 	if status == structs.AllocClientStatusFailed {
 		ar.killAll("another task in the group failed")
 	}
 	ar.applyLifecycle()
-	terminal := status == structs.AllocClientStatusComplete || status == structs.AllocClientStatusFailed
-	ar.report(update, terminal)
 }
 
 // reportCurrent sends the allocation's current status again, as it is
 // now: for servers that lost an earlier report (see allocManager.watch).
 func (ar *allocRunner) reportCurrent() {
+	ar.reportMu.Lock()
+	defer ar.reportMu.Unlock()
 	states := make(map[string]*structs.TaskState, len(ar.tasks))
 	for _, tr := range ar.tasks {
 		states[tr.task.Name] = tr.taskState()

@@ -1,6 +1,7 @@
 package client
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -32,9 +33,12 @@ type allocManagerConfig struct {
 	// NodeVars are the node's ${node.*}, ${attr.*} and ${meta.*} for
 	// interpolation in task config and env; nil has none.
 	NodeVars func() map[string]string
-	RPC      rpcer
-	DB       *stateDB
-	Drivers  *taskDrivers
+	// TemplateCheckInterval is how often running tasks' templates are
+	// rendered again to find changes (0: DefaultTemplateCheckInterval).
+	TemplateCheckInterval time.Duration
+	RPC                   rpcer
+	DB                    *stateDB
+	Drivers               *taskDrivers
 	// VolumeHook mounts group volumes; nil means volumes are unsupported.
 	VolumeHook VolumeHook
 	// CSI takes the CSI plugin tasks the node runs; nil ignores them.
@@ -156,17 +160,18 @@ func (m *allocManager) nodeVars() map[string]string {
 // begun.
 func (m *allocManager) startRunner(alloc *structs.Allocation, restored *restoredAlloc) *allocRunner {
 	ar := newAllocRunner(allocRunnerConfig{
-		alloc:      alloc,
-		dataDir:    m.cfg.DataDir,
-		datacenter: m.cfg.Datacenter,
-		nodeVars:   m.nodeVars(),
-		drivers:    m.cfg.Drivers,
-		db:         m.cfg.DB,
-		hook:       m.cfg.VolumeHook,
-		logger:     m.logger,
-		report:     m.updater.update,
-		restored:   restored,
-		csi:        m.cfg.CSI,
+		alloc:         alloc,
+		dataDir:       m.cfg.DataDir,
+		datacenter:    m.cfg.Datacenter,
+		nodeVars:      m.nodeVars(),
+		templateEvery: cmp.Or(m.cfg.TemplateCheckInterval, DefaultTemplateCheckInterval),
+		drivers:       m.cfg.Drivers,
+		db:            m.cfg.DB,
+		hook:          m.cfg.VolumeHook,
+		logger:        m.logger,
+		report:        m.updater.update,
+		restored:      restored,
+		csi:           m.cfg.CSI,
 	})
 	m.mu.Lock()
 	if m.killing {

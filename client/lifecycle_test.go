@@ -3,10 +3,12 @@ package client
 import (
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/hashicorp/go-hclog"
 	"github.com/shoenig/test/must"
 
 	"github.com/roamhq/roam/structs"
@@ -111,4 +113,59 @@ func TestAllocRunner_LifecycleFailedPrestartAndStop(t *testing.T) {
 	got = waitStatus(t, srv, svc.ID, structs.AllocClientStatusComplete)
 	must.Eq(t, "cleaned\n", waitFile(t, filepath.Join(dataDir, "alloc", svc.ID, "alloc", "cleanup")))
 	must.True(t, strings.Contains(describeTasks(got.TaskStates), "cleanup: dead failed=false"), must.Sprint(describeTasks(got.TaskStates)))
+}
+
+// Concurrent state changes report in the order they read the states: a
+// snapshot taken before a change is never the last report (the updater
+// keeps only the last one, and no later change may come to fix it).
+func TestAllocRunner_StaleStatesAreNotReportedLast(t *testing.T) {
+	db, err := openStateDB(t.TempDir())
+	must.NoError(t, err)
+	t.Cleanup(func() { _ = db.close() })
+	alloc := testAlloc("node-1", structs.JobTypeService, noRestarts, shTask("a", "true"))
+	var (
+		mu       sync.Mutex
+		reports  []string
+		calls    int
+		firstIn  = make(chan struct{})
+		releaseA = make(chan struct{})
+	)
+	ar := newAllocRunner(allocRunnerConfig{
+		alloc: alloc, dataDir: t.TempDir(), db: db,
+		logger: hclog.New(&hclog.LoggerOptions{Name: t.Name(), Level: hclog.Warn}),
+		report: func(u *structs.Allocation, _ bool) {
+			mu.Lock()
+			calls++
+			first := calls == 1
+			mu.Unlock()
+			if first {
+				close(firstIn)
+				<-releaseA // the first reporter is slow to hand its snapshot over
+			}
+			mu.Lock()
+			reports = append(reports, u.TaskStates["a"].State)
+			mu.Unlock()
+		},
+	})
+	tr := ar.tasks[0]
+	doneA := make(chan struct{})
+	go func() { defer close(doneA); ar.taskStateChanged() }() // reads "pending"
+	<-firstIn
+	tr.mu.Lock()
+	tr.state.State = structs.TaskStateRunning
+	tr.mu.Unlock()
+	doneB := make(chan struct{})
+	go func() { defer close(doneB); ar.taskStateChanged() }() // reads "running"
+	// B would report before A here if it could (nothing else holds it):
+	// give it that chance, bounded, before A hands its snapshot over.
+	select {
+	case <-doneB:
+	case <-time.After(300 * time.Millisecond):
+	}
+	close(releaseA)
+	<-doneA
+	<-doneB
+	mu.Lock()
+	defer mu.Unlock()
+	must.Eq(t, []string{structs.TaskStatePending, structs.TaskStateRunning}, reports)
 }

@@ -62,6 +62,15 @@ type taskRunner struct {
 	gate     chan struct{}
 	gateOnce sync.Once
 
+	// restartCh asks for a restart outside the restart policy (a
+	// re-rendered template's change_mode restart), with the reason.
+	restartCh chan string
+	// templateEvery is how often templates are rendered again to look for
+	// changes; 0 never.
+	templateEvery time.Duration
+	// templateUser owns the template files (set at each start).
+	templateUser string
+
 	// killCh is closed by kill.
 	killCh   chan struct{}
 	killOnce sync.Once
@@ -213,10 +222,22 @@ func (tr *taskRunner) run(ctx context.Context) {
 
 		var res *rawexec.ExitResult
 		if handle != nil {
-			var killed, shutdown bool
-			res, lost, killed, shutdown = tr.wait(ctx, handle)
+			var killed, shutdown, restart bool
+			stopWatch := tr.watchTemplates(ctx, handle)
+			res, lost, killed, shutdown, restart = tr.wait(ctx, handle)
+			stopWatch()
+			select {
+			case <-tr.restartCh: // asked for a run that has ended
+			default:
+			}
 			if shutdown {
 				return
+			}
+			if restart && !killed {
+				// A re-rendered template asked for it: start again at
+				// once, outside the restart policy.
+				handle, lost = nil, nil
+				continue
 			}
 			if killed {
 				msg := "task killed: " + tr.reason()
@@ -355,11 +376,15 @@ func (tr *taskRunner) startRawExec(ctx context.Context) (*rawexec.Handle, error)
 			return nil, err
 		}
 	}
+	env, err := tr.renderTemplates(taskUser)
+	if err != nil {
+		return nil, err
+	}
 	return tr.drivers.raw.Start(ctx, rawexec.TaskConfig{
 		ID:          tr.allocID + "/" + tr.task.Name,
 		Command:     command,
 		Args:        args,
-		Env:         tr.env,
+		Env:         env,
 		Dir:         tr.dirs.TaskDir,
 		StdoutPath:  tr.dirs.Stdout,
 		StderrPath:  tr.dirs.Stderr,
@@ -386,6 +411,10 @@ func (tr *taskRunner) startExec(ctx context.Context) (*rawexec.Handle, error) {
 	if err := chownTaskDirs(taskUser, tr.dirs); err != nil {
 		return nil, err
 	}
+	env, err := tr.renderTemplates(taskUser)
+	if err != nil {
+		return nil, err
+	}
 	var res execdriver.Resources
 	if r := tr.task.Resources; r != nil {
 		res = execdriver.Resources{CPU: r.CPU, MemoryMB: r.MemoryMB, MemoryMaxMB: r.MemoryMaxMB}
@@ -394,7 +423,7 @@ func (tr *taskRunner) startExec(ctx context.Context) (*rawexec.Handle, error) {
 		ID:          tr.allocID + "/" + tr.task.Name,
 		Command:     command,
 		Args:        args,
-		Env:         tr.env,
+		Env:         env,
 		User:        taskUser,
 		Dir:         tr.dirs.TaskDir,
 		SharedDir:   tr.dirs.SharedDir,
@@ -413,7 +442,7 @@ func (tr *taskRunner) startExec(ctx context.Context) (*rawexec.Handle, error) {
 
 // wait waits for the task to exit, killing it if asked. shutdown means ctx
 // ended first and the task was left as it is.
-func (tr *taskRunner) wait(ctx context.Context, h *rawexec.Handle) (res *rawexec.ExitResult, lost error, killed, shutdown bool) {
+func (tr *taskRunner) wait(ctx context.Context, h *rawexec.Handle) (res *rawexec.ExitResult, lost error, killed, shutdown, restart bool) {
 	waitCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	type waitResult struct {
@@ -429,6 +458,16 @@ func (tr *taskRunner) wait(ctx context.Context, h *rawexec.Handle) (res *rawexec
 	var r waitResult
 	select {
 	case r = <-ch:
+	case reason := <-tr.restartCh:
+		restart = true
+		hs := h.State()
+		tr.update(&hs, func(st *structs.TaskState) {
+			addEvent(st, newEvent(structs.TaskEventRestartSignaled, reason))
+		})
+		if err := h.Kill(ctx, tr.task.KillSignal, tr.task.KillTimeout); err != nil {
+			tr.logger.Warn("kill for a restart failed", "error", err)
+		}
+		r = <-ch
 	case <-tr.killCh:
 		killed = true
 		ev := newEvent(structs.TaskEventKilling, fmt.Sprintf("sent %s, SIGKILL after %s: %s",
@@ -445,15 +484,15 @@ func (tr *taskRunner) wait(ctx context.Context, h *rawexec.Handle) (res *rawexec
 	case <-ctx.Done():
 		cancel()
 		<-ch
-		return nil, nil, false, true
+		return nil, nil, false, true, false
 	}
 	if r.err != nil && ctx.Err() != nil {
-		return nil, nil, false, true
+		return nil, nil, false, true, false
 	}
 	if r.err != nil {
-		return nil, r.err, killed, false
+		return nil, r.err, killed, false, restart
 	}
-	return r.res, nil, killed, false
+	return r.res, nil, killed, false, restart
 }
 
 func (tr *taskRunner) killTimeout() time.Duration {

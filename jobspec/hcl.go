@@ -113,6 +113,20 @@ type hclTask struct {
 	VolumeMounts []*hclVolumeMount `hcl:"volume_mount,block"`
 	CSIPlugin    *hclCSIPlugin     `hcl:"csi_plugin,block"`
 	Lifecycle    *hclLifecycle     `hcl:"lifecycle,block"`
+	Templates    []*hclTemplate    `hcl:"template,block"`
+}
+
+type hclTemplate struct {
+	Data          *hcl.Attribute `hcl:"data,optional"`
+	Source        *hcl.Attribute `hcl:"source,optional"`
+	Destination   *hcl.Attribute `hcl:"destination,optional"`
+	ChangeMode    string         `hcl:"change_mode,optional"`
+	ChangeSignal  string         `hcl:"change_signal,optional"`
+	Splay         *hcl.Attribute `hcl:"splay,optional"`
+	Perms         string         `hcl:"perms,optional"`
+	LeftDelimiter string         `hcl:"left_delimiter,optional"`
+	RightDelim    string         `hcl:"right_delimiter,optional"`
+	Env           bool           `hcl:"env,optional"`
 }
 
 type hclLifecycle struct {
@@ -325,6 +339,15 @@ func (d *decoder) task(ht *hclTask) *structs.Task {
 	if lc := ht.Lifecycle; lc != nil {
 		t.Lifecycle = &structs.TaskLifecycleConfig{Hook: lc.Hook, Sidecar: lc.Sidecar}
 	}
+	for _, tp := range ht.Templates {
+		tmpl := &structs.Template{
+			SourcePath: d.runtimeString(tp.Source), DestPath: d.runtimeString(tp.Destination), EmbeddedTmpl: d.runtimeString(tp.Data),
+			ChangeMode: tp.ChangeMode, ChangeSignal: tp.ChangeSignal, Perms: tp.Perms,
+			LeftDelim: tp.LeftDelimiter, RightDelim: tp.RightDelim, Envvars: tp.Env,
+		}
+		set(&tmpl.Splay, d.duration(tp.Splay))
+		t.Templates = append(t.Templates, tmpl)
+	}
 	return t
 }
 
@@ -397,6 +420,24 @@ func (d *decoder) strings(b *hclAttrs) map[string]string {
 		out[name] = s
 	}
 	return out
+}
+
+// runtimeString reads a string attribute whose ${...} references are left
+// for the client (see runtimeContext); "" when absent.
+func (d *decoder) runtimeString(attr *hcl.Attribute) string {
+	if attr == nil {
+		return ""
+	}
+	ctx, diags := runtimeContext(attr.Expr)
+	if diags.HasErrors() {
+		d.diags = append(d.diags, diags...)
+		return ""
+	}
+	var s string
+	if diags := gohcl.DecodeExpression(attr.Expr, ctx, &s); diags.HasErrors() {
+		d.diags = append(d.diags, diags...)
+	}
+	return s
 }
 
 // config reads a driver config block into plain Go values.

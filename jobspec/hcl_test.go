@@ -266,11 +266,11 @@ func TestParseHCL_Errors(t *testing.T) {
     task "t" {
       driver = "raw_exec"
       artifact { source = "http://x" }
-      template { data = "x" }
+      service { name = "x" }
     }
   }
 }`,
-			want: []string{"job.hcl:3,5", `"constraint"`, "job.hcl:8,7", `"artifact"`, "job.hcl:9,7", `"template"`},
+			want: []string{"job.hcl:3,5", `"constraint"`, "job.hcl:8,7", `"artifact"`, "job.hcl:9,7", `"service"`},
 		},
 		{
 			name: "unknown top-level block",

@@ -54,6 +54,7 @@ type jsonTask struct {
 	Meta            map[string]string
 	CSIPluginConfig *structs.TaskCSIPluginConfig
 	Lifecycle       *structs.TaskLifecycleConfig
+	Templates       []*structs.Template
 }
 
 // ParseJSON parses a job in the JSON shape of Nomad's HTTP API, either
@@ -172,6 +173,11 @@ func (jj *jsonJob) job() *structs.Job {
 
 				CSIPluginConfig: t.CSIPluginConfig,
 				Lifecycle:       t.Lifecycle,
+			}
+			for _, tp := range t.Templates {
+				if tp != nil {
+					task.Templates = append(task.Templates, tp)
+				}
 			}
 			for _, vm := range t.VolumeMounts {
 				if vm != nil {

@@ -134,6 +134,14 @@ var taskFields = schema{
 	// A plugin task's socket directory is relative to its task directory;
 	// Nomad's client defaults it to "/csi", which reads the same.
 	"Lifecycle": readObject(schema{"Hook": read, "Sidecar": read}),
+	"Templates": readList(schema{
+		"SourcePath": read, "DestPath": read, "EmbeddedTmpl": read,
+		"ChangeMode": read, "ChangeSignal": read, "Splay": read, "Perms": read,
+		"LeftDelim": read, "RightDelim": read, "Envvars": read,
+		// Nomad's client fills these in; Roam has no Vault, and renders
+		// missing keys as empty.
+		"VaultGrace": clientDefault(int64(0)), "ErrMissingKey": clientDefault(false),
+	}),
 	"CSIPluginConfig": readObject(schema{
 		"ID": read, "Type": read, "MountDir": read,
 		"StagePublishBaseDir": clientDefault("/local/csi"),

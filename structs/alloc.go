@@ -102,6 +102,10 @@ const (
 	TaskEventKilling       = "Killing"
 	TaskEventKilled        = "Killed"
 	TaskEventDriverFailure = "Driver Failure"
+	// TaskEventRestartSignaled and TaskEventSignaling, as in Nomad: a
+	// re-rendered template restarts or signals the task.
+	TaskEventRestartSignaled = "Restart Signaled"
+	TaskEventSignaling       = "Signaling"
 )
 
 // TaskEvent is one thing that happened to a task.

@@ -106,6 +106,8 @@ type Task struct {
 	// Lifecycle, when set, runs the task before, beside or after the
 	// group's main tasks.
 	Lifecycle *TaskLifecycleConfig `json:",omitempty"`
+	// Templates are rendered into the task's directory before it starts.
+	Templates []*Template `json:",omitempty"`
 }
 
 // Lifecycle hooks, as in Nomad.
@@ -479,6 +481,7 @@ func (tg *TaskGroup) validate(jobType string, p *Problems) {
 			add("task %q: kill_timeout must not be negative", t.Name)
 		}
 		tg.validateVolumeMounts(t, add)
+		t.validateTemplates(add)
 		if pc := t.CSIPluginConfig; pc != nil {
 			if t.Driver == "exec" {
 				// The client serves a plugin's socket from a host path, and

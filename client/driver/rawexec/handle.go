@@ -184,6 +184,16 @@ func (h *Handle) Kill(ctx context.Context, sig string, timeout time.Duration) er
 	return nil
 }
 
+// Signal sends sig (a name such as SIGHUP) to the task's process group
+// while the task runs.
+func (h *Handle) Signal(sig string) error {
+	s, err := parseSignal(sig, syscall.SIGHUP)
+	if err != nil {
+		return fmt.Errorf("rawexec: signal task %q: %w", h.state.ID, err)
+	}
+	return h.signalGroup(s)
+}
+
 // signalGroup signals the task's process group, but only while its leader
 // is the task: once it is gone its PID may belong to someone else, and the
 // executor takes care of what is left in the group.

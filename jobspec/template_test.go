@@ -1,0 +1,75 @@
+package jobspec
+
+import (
+	"testing"
+	"time"
+
+	"github.com/hashicorp/nomad/api"
+	"github.com/shoenig/test/must"
+
+	"github.com/roamhq/roam/structs"
+)
+
+func TestParseHCL_Template(t *testing.T) {
+	job, err := ParseHCL("job.hcl", []byte(oneTask("", `template {
+        data          = "port={{ env \"NOMAD_PORT_http\" }}"
+        destination   = "local/app.conf"
+        change_mode   = "signal"
+        change_signal = "SIGHUP"
+        perms         = "0600"
+        splay         = "3s"
+      }
+      template {
+        data        = "A=1"
+        destination = "${NOMAD_SECRETS_DIR}/env"
+        env         = true
+      }`)))
+	must.NoError(t, err)
+	must.Eq(t, []*structs.Template{
+		{EmbeddedTmpl: `port={{ env "NOMAD_PORT_http" }}`, DestPath: "local/app.conf", ChangeMode: "signal",
+			ChangeSignal: "SIGHUP", Perms: "0600", Splay: 3 * time.Second},
+		{EmbeddedTmpl: "A=1", DestPath: "${NOMAD_SECRETS_DIR}/env", Envvars: true},
+	}, job.TaskGroups[0].Tasks[0].Templates)
+}
+
+// A template that does not parse, uses a Consul function, writes outside
+// the task dir or twice to one place, or asks for a mode Roam lacks is
+// refused at registration with the task and template named.
+func TestParseHCL_TemplateErrors(t *testing.T) {
+	for _, tc := range []struct{ name, tmpl, want string }{
+		{"syntax", `data = "{{ env "`, `template 0: data: template: template:1: unclosed action`},
+		{"consul", `data = "{{ key \"x\" }}"` + "\n destination = \"local/x\"", `function "key" not defined`},
+		{"outside", `data = "x"` + "\n destination = \"../../etc/passwd\"", `destination "../../etc/passwd" leaves the task directory`},
+		{"absolute", `data = "x"` + "\n destination = \"/etc/passwd\"", `must be relative to the task directory`},
+		{"no destination", `data = "x"`, `destination: destination is required`},
+		{"both", `data = "x"` + "\n source = \"local/t\"\n destination = \"local/x\"", `data and source are exclusive`},
+		{"neither", `destination = "local/x"`, `one of data or source is required`},
+		{"bad mode", `data = "x"` + "\n destination = \"local/x\"\n change_mode = \"script\"", `change_mode "script" is not one of restart, signal, noop`},
+		{"signal without one", `data = "x"` + "\n destination = \"local/x\"\n change_mode = \"signal\"", `change_mode signal needs a change_signal`},
+		{"perms", `data = "x"` + "\n destination = \"local/x\"\n perms = \"999\"", `perms "999" is not an octal mode`},
+		{"into the executor's files", `data = "x"` + "\n destination = \".rawexec/spec.json\"", `is reserved in the task directory`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			job, err := ParseHCL("job.hcl", []byte(oneTask("", "template {\n"+tc.tmpl+"\n}")))
+			must.Nil(t, job)
+			must.ErrorIs(t, err, structs.ErrInvalidRequest)
+			must.ErrorContains(t, err, tc.want)
+		})
+	}
+	_, err := ParseHCL("job.hcl", []byte(oneTask("", "template {\n data = \"a\"\n destination = \"local/x\"\n}\ntemplate {\n data = \"b\"\n destination = \"local/x\"\n}")))
+	must.ErrorContains(t, err, `destination "local/x" is another template's too`)
+}
+
+func TestParseJSON_NomadClientTemplate(t *testing.T) {
+	job, err := ParseJSON(marshalRegister(t, nomadJob(structs.JobTypeService, 1, func(j *api.Job) {
+		j.TaskGroups[0].Tasks[0].Templates = []*api.Template{{
+			EmbeddedTmpl: ptr(`id={{ env "NOMAD_ALLOC_ID" }}`), DestPath: ptr("local/id.conf"),
+		}}
+	})))
+	must.NoError(t, err)
+	tmpl := job.TaskGroups[0].Tasks[0].Templates
+	must.SliceLen(t, 1, tmpl)
+	must.Eq(t, `id={{ env "NOMAD_ALLOC_ID" }}`, tmpl[0].EmbeddedTmpl)
+	must.Eq(t, "local/id.conf", tmpl[0].DestPath)
+	must.Eq(t, "restart", tmpl[0].ChangeMode)
+}
