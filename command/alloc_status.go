@@ -3,6 +3,7 @@ package command
 import (
 	"fmt"
 	"io"
+	"net"
 	"sort"
 	"strconv"
 	"strings"
@@ -81,6 +82,17 @@ func runAllocStatus(args []string, out, errOut io.Writer) int {
 		pairs = append(pairs, [2]string{"Follow-up Eval", shortID(alloc.FollowupEvalID, v)})
 	}
 	fmt.Fprint(out, formatKV(pairs))
+	if ar := alloc.AllocatedResources; ar != nil && len(ar.Shared.Ports) > 0 {
+		// As Nomad's "Allocation Addresses".
+		rows := [][]string{{"Label", "Dynamic", "Address"}}
+		static := staticPortLabels(alloc)
+		for _, p := range ar.Shared.Ports {
+			addr := net.JoinHostPort(p.HostIP, strconv.Itoa(p.Value))
+			rows = append(rows, []string{p.Label, strconv.FormatBool(!static[p.Label]), addr})
+		}
+		fmt.Fprintln(out, "\nAllocation Addresses:")
+		fmt.Fprint(out, formatColumns(rows))
+	}
 
 	tasks := make([]string, 0, len(alloc.TaskStates))
 	for name := range alloc.TaskStates {
@@ -105,6 +117,29 @@ func runAllocStatus(args []string, out, errOut io.Writer) int {
 		fmt.Fprint(out, taskEventTable(st.Events))
 	}
 	return 0
+}
+
+// staticPortLabels are the labels of the allocation's group's static
+// ports.
+func staticPortLabels(alloc *api.Allocation) map[string]bool {
+	out := map[string]bool{}
+	if alloc.Job == nil {
+		return out
+	}
+	for _, tg := range alloc.Job.TaskGroups {
+		if tg == nil || tg.Name != alloc.TaskGroup {
+			continue
+		}
+		for _, n := range tg.Networks {
+			if n == nil {
+				continue
+			}
+			for _, p := range n.ReservedPorts {
+				out[p.Label] = true
+			}
+		}
+	}
+	return out
 }
 
 // taskEventTable renders a task's most recent events, newest first.

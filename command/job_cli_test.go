@@ -237,3 +237,29 @@ func TestCLI_NodeDrainAndEligibility(t *testing.T) {
 	must.EqOp(t, 1, code)
 	must.StrContains(t, errOut, "only one of -enable and -disable")
 }
+
+// alloc status lists the allocation's ports, as Nomad's "Allocation
+// Addresses".
+func TestCLI_AllocStatusAddresses(t *testing.T) {
+	t.Parallel()
+	_, addr := newTestAgent(t)
+	c, err := api.NewClient(&api.Config{Address: addr})
+	must.NoError(t, err)
+	src := strings.Replace(jobHCL("ports", "batch", "dc1", "exit 0"), `  group "g" {`, `  group "g" {
+    network {
+      port "http" {}
+      port "db" {
+        static = 25433
+      }
+    }`, 1)
+	code, _, errOut := run("job", "run", "-address", addr, writeJob(t, "ports.hcl", src))
+	must.EqOp(t, 0, code, must.Sprint(errOut))
+	alloc := waitAllocStatus(t, c, "ports", api.AllocClientStatusComplete)
+	code, out, errOut := run("alloc", "status", "-address", addr, alloc.ID)
+	must.EqOp(t, 0, code, must.Sprint(errOut))
+	got := lines(out)
+	must.SliceContains(t, got, "Allocation Addresses:")
+	must.SliceContains(t, got, "Label Dynamic Address")
+	must.SliceContains(t, got, "db false 127.0.0.1:25433")
+	must.SliceContains(t, got, "http true 127.0.0.1:20000")
+}
