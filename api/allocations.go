@@ -232,3 +232,46 @@ type PortMapping struct {
 	To     int
 	HostIP string
 }
+
+// Stats measures the allocation's resource usage on its node
+// (/v1/client/allocation/:id/stats).
+func (a *Allocations) Stats(allocID string, q *QueryOptions) (*AllocResourceUsage, error) {
+	var out AllocResourceUsage
+	if _, err := a.c.query("/v1/client/allocation/"+url.PathEscape(allocID)+"/stats", &out, q); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// AllocResourceUsage is an allocation's resource usage, in Nomad's shape.
+type AllocResourceUsage struct {
+	ResourceUsage *ResourceUsage
+	Tasks         map[string]*TaskResourceUsage
+	Timestamp     int64
+}
+
+// TaskResourceUsage is one task's resource usage.
+type TaskResourceUsage struct {
+	ResourceUsage *ResourceUsage
+	Timestamp     int64
+}
+
+// ResourceUsage is memory and CPU usage.
+type ResourceUsage struct {
+	MemoryStats *MemoryStats
+	CpuStats    *CpuStats
+}
+
+// MemoryStats are bytes.
+type MemoryStats struct {
+	RSS, Cache, Swap, Usage, MaxUsage, KernelUsage, KernelMaxUsage uint64
+	Measured                                                       []string
+}
+
+// CpuStats: percent of one core, MHz used (TotalTicks), throttling.
+type CpuStats struct {
+	SystemMode, UserMode, TotalTicks float64
+	ThrottledPeriods, ThrottledTime  uint64
+	Percent                          float64
+	Measured                         []string
+}

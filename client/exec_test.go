@@ -103,3 +103,32 @@ func TestAllocRunner_ExecUnavailableSaysWhy(t *testing.T) {
 	got := waitStatus(t, srv, alloc.ID, structs.AllocClientStatusFailed)
 	must.StrContains(t, describeTasks(got.TaskStates), "disabled by the client's configuration")
 }
+
+// The stats of a running exec task come from its cgroup: the memory it
+// holds and the CPU it burns; a raw_exec task's from its process.
+func TestAllocRunner_StatsOfRunningTasks(t *testing.T) {
+	dataDir := t.TempDir()
+	srv := newFakeServer(uuid.NewString())
+	m := startTestManager(t, srv, dataDir, nil)
+	// 24 MiB held by a shell variable, and a core kept busy beside it.
+	hog := execTask("hog", `x=$(head -c 25165824 /dev/zero | tr '\0' a); echo held > "$NOMAD_ALLOC_DIR/data/held"; while :; do :; done`, 128)
+	alloc := testAlloc(srv.nodeID, structs.JobTypeService, noRestarts, hog, shTask("plain", `exec sleep 60`))
+	srv.upsert(alloc)
+	waitStatus(t, srv, alloc.ID, structs.AllocClientStatusRunning)
+	waitFile(t, filepath.Join(dataDir, "alloc", alloc.ID, "alloc", "data", "held"))
+
+	u, err := m.allocStats(alloc.ID)
+	must.NoError(t, err)
+	h := u.Tasks["hog"]
+	must.NotNil(t, h)
+	must.Greater(t, uint64(24<<20), h.ResourceUsage.MemoryStats.Usage)
+	must.Greater(t, 5.0, h.ResourceUsage.CpuStats.Percent, must.Sprintf("cpu %+v", h.ResourceUsage.CpuStats))
+	must.SliceContains(t, h.ResourceUsage.CpuStats.Measured, "Throttled Periods")
+	p := u.Tasks["plain"]
+	must.NotNil(t, p)
+	must.Positive(t, p.ResourceUsage.MemoryStats.RSS)
+	must.Less(t, 5.0, p.ResourceUsage.CpuStats.Percent)
+	must.Greater(t, h.ResourceUsage.MemoryStats.Usage, u.ResourceUsage.MemoryStats.Usage+1)
+	_, err = m.allocStats("no-such-alloc")
+	must.ErrorIs(t, err, ErrUnknownAlloc)
+}

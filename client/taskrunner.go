@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -70,6 +71,8 @@ type taskRunner struct {
 	templateEvery time.Duration
 	// templateUser owns the template files (set at each start).
 	templateUser string
+	// current is the handle of the running task, nil between runs.
+	current atomic.Pointer[rawexec.Handle]
 
 	// killCh is closed by kill.
 	killCh   chan struct{}
@@ -224,7 +227,9 @@ func (tr *taskRunner) run(ctx context.Context) {
 		if handle != nil {
 			var killed, shutdown, restart bool
 			stopWatch := tr.watchTemplates(ctx, handle)
+			tr.current.Store(handle)
 			res, lost, killed, shutdown, restart = tr.wait(ctx, handle)
+			tr.current.Store(nil)
 			stopWatch()
 			select {
 			case <-tr.restartCh: // asked for a run that has ended

@@ -30,6 +30,7 @@ const maxTaskEvents = 10
 func runAllocStatus(args []string, out, errOut io.Writer) int {
 	fs, f := newAPIFlagSet("alloc status", allocStatusUsage, errOut)
 	verbose := fs.Bool("verbose", false, "show full IDs")
+	stats := fs.Bool("stats", false, "measure each running task's CPU and memory on its node")
 	pos, code, ok := parseArgs(fs, args)
 	if !ok {
 		return code
@@ -94,6 +95,13 @@ func runAllocStatus(args []string, out, errOut io.Writer) int {
 		fmt.Fprint(out, formatColumns(rows))
 	}
 
+	var usage *api.AllocResourceUsage
+	if *stats && alloc.ClientStatus == api.AllocClientStatusRunning {
+		if usage, err = c.Allocations().Stats(alloc.ID, nil); err != nil {
+			return fail(errOut, "reading allocation stats", err)
+		}
+	}
+
 	tasks := make([]string, 0, len(alloc.TaskStates))
 	for name := range alloc.TaskStates {
 		tasks = append(tasks, name)
@@ -113,10 +121,55 @@ func runAllocStatus(args []string, out, errOut io.Writer) int {
 			tp = append(tp, [2]string{"Failed", "true"})
 		}
 		fmt.Fprint(out, formatKV(tp))
+		if usage != nil {
+			printTaskUsage(out, alloc, name, usage.Tasks[name])
+		}
 		fmt.Fprintln(out, "\nRecent Events:")
 		fmt.Fprint(out, taskEventTable(st.Events))
 	}
 	return 0
+}
+
+// printTaskUsage prints a task's measured CPU and memory beside what it
+// asked for, as Nomad's "Task Resources".
+func printTaskUsage(out io.Writer, alloc *api.Allocation, task string, u *api.TaskResourceUsage) {
+	if u == nil || u.ResourceUsage == nil {
+		return
+	}
+	askCPU, askMem := 0, 0
+	if alloc.Job != nil {
+		for _, tg := range alloc.Job.TaskGroups {
+			if tg == nil || tg.Name != alloc.TaskGroup {
+				continue
+			}
+			for _, t := range tg.Tasks {
+				if t != nil && t.Name == task && t.Resources != nil {
+					if t.Resources.CPU != nil {
+						askCPU = *t.Resources.CPU
+					}
+					if t.Resources.MemoryMB != nil {
+						askMem = *t.Resources.MemoryMB
+					}
+				}
+			}
+		}
+	}
+	rows := [][]string{{"CPU", "Memory", "Throttled"}}
+	cpu, mem, thr := "-", "-", "-"
+	if c := u.ResourceUsage.CpuStats; c != nil {
+		cpu = fmt.Sprintf("%.0f/%d MHz", c.TotalTicks, askCPU)
+		thr = fmt.Sprintf("%d periods", c.ThrottledPeriods)
+	}
+	if m := u.ResourceUsage.MemoryStats; m != nil {
+		used := m.RSS
+		if used == 0 {
+			used = m.Usage
+		}
+		mem = fmt.Sprintf("%.1f MiB/%d MiB", float64(used)/(1<<20), askMem)
+	}
+	rows = append(rows, []string{cpu, mem, thr})
+	fmt.Fprintln(out, "\nTask Resources:")
+	fmt.Fprint(out, formatColumns(rows))
 }
 
 // staticPortLabels are the labels of the allocation's group's static

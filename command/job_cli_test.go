@@ -263,3 +263,20 @@ func TestCLI_AllocStatusAddresses(t *testing.T) {
 	must.SliceContains(t, got, "db false 127.0.0.1:25433")
 	must.SliceContains(t, got, "http true 127.0.0.1:20000")
 }
+
+// alloc status -stats measures each running task on its node.
+func TestCLI_AllocStatusStats(t *testing.T) {
+	t.Parallel()
+	_, addr := newTestAgent(t)
+	c, err := api.NewClient(&api.Config{Address: addr})
+	must.NoError(t, err)
+	code, _, errOut := run("job", "run", "-address", addr, writeJob(t, "svc.hcl", jobHCL("svc", "service", "dc1", "exec sleep 300")))
+	must.EqOp(t, 0, code, must.Sprint(errOut))
+	alloc := waitAllocStatus(t, c, "svc", api.AllocClientStatusRunning)
+	code, out, errOut := run("alloc", "status", "-stats", "-address", addr, alloc.ID)
+	must.EqOp(t, 0, code, must.Sprint(errOut))
+	got := lines(out)
+	must.SliceContains(t, got, "Task Resources:")
+	must.SliceContains(t, got, "CPU Memory Throttled")
+	must.RegexMatch(t, regexp.MustCompile(`(?m)^\d+/100 MHz +\d+\.\d MiB/32 MiB +\d+ periods$`), out)
+}

@@ -281,6 +281,7 @@ var rpcACLRules = map[string]aclRule{
 			id.ACL.AllowNamespaceOperation(structs.DefaultNamespace, acl.NamespaceCapabilityReadLogs)
 	}},
 	"Alloc.Logs":   nsCap(acl.NamespaceCapabilityReadLogs),
+	"Alloc.Stats":  nsCap(acl.NamespaceCapabilityReadJob),
 	"Eval.List":    nsCap(acl.NamespaceCapabilityReadJob),
 	"Eval.GetEval": nsCap(acl.NamespaceCapabilityReadJob),
 

@@ -89,3 +89,30 @@ func (a *Alloc) Logs(args *structs.AllocLogsRequest, reply *structs.AllocLogsRes
 	defer context.AfterFunc(a.srv.shutdownCtx, cancel)()
 	return a.srv.clientRPC(ctx, alloc.NodeID, "ClientAllocs.Logs", &req, reply)
 }
+
+// allocStatsTimeout bounds one Alloc.Stats call to the node.
+const allocStatsTimeout = 10 * time.Second
+
+// Stats measures an allocation's resource usage on its node, over the
+// node's own session, as Logs does.
+func (a *Alloc) Stats(args *structs.AllocStatsRequest, reply *structs.AllocResourceUsage) error {
+	if done, err := a.srv.forward("Alloc.Stats", args, args, reply); done {
+		return err
+	}
+	if args.AllocID == "" {
+		return fmt.Errorf("%w: missing allocation ID", structs.ErrInvalidRequest)
+	}
+	alloc, err := a.srv.State().AllocByID(nil, args.AllocID)
+	if err != nil {
+		return err
+	}
+	if alloc == nil {
+		return fmt.Errorf("%w: alloc %s", structs.ErrNotFound, args.AllocID)
+	}
+	req := structs.AllocStatsRequest{AllocID: alloc.ID}
+	req.Region = a.srv.config.Region
+	ctx, cancel := context.WithTimeout(args.Context(), allocStatsTimeout)
+	defer cancel()
+	defer context.AfterFunc(a.srv.shutdownCtx, cancel)()
+	return a.srv.clientRPC(ctx, alloc.NodeID, "ClientAllocs.Stats", &req, reply)
+}

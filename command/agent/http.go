@@ -204,22 +204,23 @@ func (s *HTTPServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // (/v1/job/:id/allocations). Such routes are keyed as the prefix alone,
 // or as subRoute(prefix, sub).
 var idPrefixes = []string{
-	nodePathPrefix, jobPathPrefix, allocPathPrefix, evalPathPrefix, logsPathPrefix,
+	nodePathPrefix, jobPathPrefix, allocPathPrefix, evalPathPrefix, logsPathPrefix, clientAllocPathPrefix,
 	csiVolumePathPrefix, csiPluginPathPrefix, aclPolicyPathPrefix, aclTokenPathPrefix,
 }
 
 // idPrefixKinds names the kind of ID each ID route takes, for
 // structs.ValidateID.
 var idPrefixKinds = map[string]string{
-	nodePathPrefix:      structs.IDKindNode,
-	jobPathPrefix:       structs.IDKindJob,
-	allocPathPrefix:     structs.IDKindAlloc,
-	evalPathPrefix:      structs.IDKindEval,
-	logsPathPrefix:      structs.IDKindAlloc,
-	csiVolumePathPrefix: structs.IDKindVolume,
-	csiPluginPathPrefix: structs.IDKindPlugin,
-	aclPolicyPathPrefix: structs.IDKindACLPolicy,
-	aclTokenPathPrefix:  structs.IDKindACLToken,
+	nodePathPrefix:        structs.IDKindNode,
+	jobPathPrefix:         structs.IDKindJob,
+	allocPathPrefix:       structs.IDKindAlloc,
+	evalPathPrefix:        structs.IDKindEval,
+	logsPathPrefix:        structs.IDKindAlloc,
+	clientAllocPathPrefix: structs.IDKindAlloc,
+	csiVolumePathPrefix:   structs.IDKindVolume,
+	csiPluginPathPrefix:   structs.IDKindPlugin,
+	aclPolicyPathPrefix:   structs.IDKindACLPolicy,
+	aclTokenPathPrefix:    structs.IDKindACLToken,
 }
 
 // checkPathID refuses, as a 400 naming it, an ID in the (escaped) path

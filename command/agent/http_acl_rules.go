@@ -82,6 +82,7 @@ var httpACLRules = func() map[string]httpRule {
 	add("/v1/evaluations", httpNS(acl.NamespaceCapabilityReadJob), get)
 	add(evalPathPrefix, httpNS(acl.NamespaceCapabilityReadJob), get)
 	add(logsPathPrefix, httpNS(acl.NamespaceCapabilityReadLogs), get)
+	add(subRoute(clientAllocPathPrefix, "stats"), httpNS(acl.NamespaceCapabilityReadJob), get)
 
 	add("/v1/volumes", httpNS(acl.NamespaceCapabilityCSIListVolume), get)
 	add(csiVolumePathPrefix, httpNS(acl.NamespaceCapabilityCSIReadVolume), get)

@@ -47,7 +47,8 @@ func (s *HTTPServer) addWorkloadRoutes() {
 		subRoute(nodePathPrefix, "drain"):       write(s.nodeDrain),
 		subRoute(nodePathPrefix, "eligibility"): write(s.nodeEligibility),
 
-		logsPathPrefix: {http.MethodGet: s.allocLogs},
+		logsPathPrefix:                           {http.MethodGet: s.allocLogs},
+		subRoute(clientAllocPathPrefix, "stats"): {http.MethodGet: s.allocStats},
 	} {
 		s.routes[path] = methods
 	}

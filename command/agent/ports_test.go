@@ -89,5 +89,17 @@ func TestNomadAPI_DynamicPortsServeHTTP(t *testing.T) {
 			wait.Gap(50*time.Millisecond),
 		))
 		must.EqOp(t, al.ID, body, must.Sprintf("the task at %s", addr))
+
+		// Nomad's client reads the running task's usage.
+		u, err := c.Allocations().Stats(al, nil)
+		must.NoError(t, err)
+		tu := u.Tasks["srv"]
+		must.NotNil(t, tu, must.Sprintf("stats %+v", u))
+		must.Positive(t, tu.ResourceUsage.MemoryStats.RSS)
 	}
+	// A client route with an ID no allocation could have is a 400.
+	res, err := http.Get("http://" + a.HTTPAddr() + "/v1/client/allocation/..%2f..%2fetc/stats")
+	must.NoError(t, err)
+	res.Body.Close()
+	must.EqOp(t, http.StatusBadRequest, res.StatusCode)
 }

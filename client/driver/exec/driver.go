@@ -358,3 +358,19 @@ func makeTmp(taskDir string) error {
 	}
 	return nil
 }
+
+// Usage is a task's cgroup counters at one moment: memory in bytes, CPU
+// in nanoseconds since the task started.
+type Usage struct {
+	Time                                          time.Time
+	MemoryUsage, MemoryMaxUsage, RSS, Cache, Swap uint64
+	KernelUsage                                   uint64
+	CPUTotal, CPUUser, CPUSystem                  uint64
+	ThrottledPeriods, ThrottledTime               uint64
+}
+
+// Usage reads the counters of the task's cgroup; the task is named by the
+// ID it was started with.
+func (d *Driver) Usage(taskID string) (*Usage, error) {
+	return cgroupUsage(d.parent + "/" + cgroupName(taskID))
+}

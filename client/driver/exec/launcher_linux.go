@@ -249,3 +249,41 @@ func destroyCgroup(m cgroups.Manager) error {
 	}
 	return err
 }
+
+// cgroupUsage reads a task cgroup's counters, on v1 or v2.
+func cgroupUsage(path string) (*Usage, error) {
+	m, err := manager.New(&cgroups.Cgroup{Path: path, Resources: &cgroups.Resources{SkipDevices: true}})
+	if err != nil {
+		return nil, err
+	}
+	if _, err := os.Stat(pidsDir(m)); err != nil {
+		return nil, fmt.Errorf("exec: cgroup %s: %w", path, err)
+	}
+	st, err := m.GetStats()
+	if err != nil {
+		return nil, fmt.Errorf("exec: stats of cgroup %s: %w", path, err)
+	}
+	ms, cs := st.MemoryStats, st.CpuStats
+	u := &Usage{
+		Time:             time.Now(),
+		MemoryUsage:      ms.Usage.Usage,
+		MemoryMaxUsage:   ms.Usage.MaxUsage,
+		Cache:            ms.Cache,
+		KernelUsage:      ms.KernelUsage.Usage,
+		CPUTotal:         cs.CpuUsage.TotalUsage,
+		CPUUser:          cs.CpuUsage.UsageInUsermode,
+		CPUSystem:        cs.CpuUsage.UsageInKernelmode,
+		ThrottledPeriods: cs.ThrottlingData.ThrottledPeriods,
+		ThrottledTime:    cs.ThrottlingData.ThrottledTime,
+	}
+	if cgroups.IsCgroup2UnifiedMode() {
+		u.RSS = ms.Stats["anon"]
+		u.Swap = ms.SwapOnlyUsage.Usage
+	} else {
+		u.RSS = ms.Stats["total_rss"]
+		if ms.SwapUsage.Usage > ms.Usage.Usage {
+			u.Swap = ms.SwapUsage.Usage - ms.Usage.Usage
+		}
+	}
+	return u, nil
+}
