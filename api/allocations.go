@@ -213,6 +213,59 @@ func (f *AllocFS) LogsOpts(allocID, task, stream string, opts *LogOptions, q *Qu
 	return resp.Body, nil
 }
 
+// AllocFileInfo is a file of an allocation's directory.
+type AllocFileInfo struct {
+	Name        string
+	IsDir       bool
+	Size        int64
+	FileMode    string
+	ModTime     time.Time
+	ContentType string `json:",omitempty"`
+}
+
+// List lists a directory of the allocation's directory.
+func (f *AllocFS) List(allocID, path string, q *QueryOptions) ([]*AllocFileInfo, error) {
+	var out []*AllocFileInfo
+	if err := f.get("/v1/client/fs/ls/"+url.PathEscape(allocID), path, &out, q); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// Stat describes one file of the allocation's directory.
+func (f *AllocFS) Stat(allocID, path string, q *QueryOptions) (*AllocFileInfo, error) {
+	var out AllocFileInfo
+	if err := f.get("/v1/client/fs/stat/"+url.PathEscape(allocID), path, &out, q); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// get is a GET of an fs route with ?path=, decoded into out.
+func (f *AllocFS) get(route, path string, out any, q *QueryOptions) error {
+	r := f.c.newRequest(http.MethodGet, route)
+	f.c.setQueryOptions(r, q)
+	r.params.Set("path", path)
+	resp, _, err := f.c.do(r)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	return decodeBody(resp, out)
+}
+
+// Cat reads one file of the allocation's directory.
+func (f *AllocFS) Cat(allocID, path string, q *QueryOptions) (io.ReadCloser, error) {
+	r := f.c.newRequest(http.MethodGet, "/v1/client/fs/cat/"+url.PathEscape(allocID))
+	f.c.setQueryOptions(r, q)
+	r.params.Set("path", path)
+	resp, _, err := f.c.do(r)
+	if err != nil {
+		return nil, fmt.Errorf("api: cat %s of alloc %s: %w", path, allocID, err)
+	}
+	return resp.Body, nil
+}
+
 // AllocatedResources are the host ports an allocation holds, in Nomad's
 // shape.
 type AllocatedResources struct {

@@ -282,6 +282,7 @@ var rpcACLRules = map[string]aclRule{
 	}},
 	"Alloc.Logs":   nsCap(acl.NamespaceCapabilityReadLogs),
 	"Alloc.Stats":  nsCap(acl.NamespaceCapabilityReadJob),
+	"Alloc.FS":     nsCap(acl.NamespaceCapabilityReadFS),
 	"Eval.List":    nsCap(acl.NamespaceCapabilityReadJob),
 	"Eval.GetEval": nsCap(acl.NamespaceCapabilityReadJob),
 

@@ -116,3 +116,27 @@ func (a *Alloc) Stats(args *structs.AllocStatsRequest, reply *structs.AllocResou
 	defer context.AfterFunc(a.srv.shutdownCtx, cancel)()
 	return a.srv.clientRPC(ctx, alloc.NodeID, "ClientAllocs.Stats", &req, reply)
 }
+
+// FS reads an allocation's directory on its node (ls, stat, or a piece of
+// a file), over the node's own session, as Logs does.
+func (a *Alloc) FS(args *structs.AllocFSRequest, reply *structs.AllocFSResponse) error {
+	if done, err := a.srv.forward("Alloc.FS", args, args, reply); done {
+		return err
+	}
+	if args.AllocID == "" {
+		return fmt.Errorf("%w: missing allocation ID", structs.ErrInvalidRequest)
+	}
+	alloc, err := a.srv.State().AllocByID(nil, args.AllocID)
+	if err != nil {
+		return err
+	}
+	if alloc == nil {
+		return fmt.Errorf("%w: alloc %s", structs.ErrNotFound, args.AllocID)
+	}
+	req := structs.AllocFSRequest{AllocID: alloc.ID, Op: args.Op, Path: args.Path, Offset: args.Offset, Limit: args.Limit}
+	req.Region = a.srv.config.Region
+	ctx, cancel := context.WithTimeout(args.Context(), allocLogsTimeout)
+	defer cancel()
+	defer context.AfterFunc(a.srv.shutdownCtx, cancel)()
+	return a.srv.clientRPC(ctx, alloc.NodeID, "ClientAllocs.FS", &req, reply)
+}

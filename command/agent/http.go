@@ -205,6 +205,7 @@ func (s *HTTPServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // or as subRoute(prefix, sub).
 var idPrefixes = []string{
 	nodePathPrefix, jobPathPrefix, allocPathPrefix, evalPathPrefix, logsPathPrefix, clientAllocPathPrefix,
+	fsLsPathPrefix, fsStatPathPrefix, fsCatPathPrefix,
 	csiVolumePathPrefix, csiPluginPathPrefix, aclPolicyPathPrefix, aclTokenPathPrefix,
 }
 
@@ -217,6 +218,9 @@ var idPrefixKinds = map[string]string{
 	evalPathPrefix:        structs.IDKindEval,
 	logsPathPrefix:        structs.IDKindAlloc,
 	clientAllocPathPrefix: structs.IDKindAlloc,
+	fsLsPathPrefix:        structs.IDKindAlloc,
+	fsStatPathPrefix:      structs.IDKindAlloc,
+	fsCatPathPrefix:       structs.IDKindAlloc,
 	csiVolumePathPrefix:   structs.IDKindVolume,
 	csiPluginPathPrefix:   structs.IDKindPlugin,
 	aclPolicyPathPrefix:   structs.IDKindACLPolicy,

@@ -83,6 +83,9 @@ var httpACLRules = func() map[string]httpRule {
 	add(evalPathPrefix, httpNS(acl.NamespaceCapabilityReadJob), get)
 	add(logsPathPrefix, httpNS(acl.NamespaceCapabilityReadLogs), get)
 	add(subRoute(clientAllocPathPrefix, "stats"), httpNS(acl.NamespaceCapabilityReadJob), get)
+	for _, p := range []string{fsLsPathPrefix, fsStatPathPrefix, fsCatPathPrefix} {
+		add(p, httpNS(acl.NamespaceCapabilityReadFS), get)
+	}
 
 	add("/v1/volumes", httpNS(acl.NamespaceCapabilityCSIListVolume), get)
 	add(csiVolumePathPrefix, httpNS(acl.NamespaceCapabilityCSIReadVolume), get)

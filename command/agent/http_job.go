@@ -49,6 +49,9 @@ func (s *HTTPServer) addWorkloadRoutes() {
 
 		logsPathPrefix:                           {http.MethodGet: s.allocLogs},
 		subRoute(clientAllocPathPrefix, "stats"): {http.MethodGet: s.allocStats},
+		fsLsPathPrefix:                           {http.MethodGet: s.allocFSList},
+		fsStatPathPrefix:                         {http.MethodGet: s.allocFSStat},
+		fsCatPathPrefix:                          {http.MethodGet: s.allocFSCat},
 	} {
 		s.routes[path] = methods
 	}
