@@ -76,11 +76,8 @@ func RunInit() int {
 	if err := buildRoot(&cfg); err != nil {
 		return fail("build the task's root: %v", err)
 	}
-	if err := unix.Chroot(cfg.Root); err != nil {
-		return fail("chroot %s: %v", cfg.Root, err)
-	}
-	if err := unix.Chdir("/"); err != nil {
-		return fail("chdir /: %v", err)
+	if err := pivotRoot(cfg.Root); err != nil {
+		return fail("pivot to %s: %v", cfg.Root, err)
 	}
 	if err := dropPrivileges(cfg.UID, cfg.GID); err != nil {
 		return fail("drop privileges: %v", err)
@@ -96,11 +93,36 @@ func RunInit() int {
 	return report(1, msg)
 }
 
+// pivotRoot makes root the process's "/" and detaches the host's old
+// root, so that nothing of the host is left in the mount namespace: a
+// chroot inside the task leads nowhere else. (pivot_root(".", ".")
+// stacks the old root on the new one; unmounting "." then removes it.)
+func pivotRoot(root string) error {
+	if err := unix.Chdir(root); err != nil {
+		return err
+	}
+	if err := unix.PivotRoot(".", "."); err != nil {
+		return fmt.Errorf("pivot_root: %w", err)
+	}
+	if err := unix.Unmount(".", unix.MNT_DETACH); err != nil {
+		return fmt.Errorf("detach the old root: %w", err)
+	}
+	return unix.Chdir("/")
+}
+
 // buildRoot makes the task's mounts beneath cfg.Root, in this process's
 // own mount namespace, which nothing is shared back from.
 func buildRoot(cfg *initConfig) error {
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return fmt.Errorf("make mounts private: %w", err)
+	}
+	// The task's root becomes a mount of its own, for pivot_root, and one
+	// where no device node or setuid bit the task writes has effect.
+	if err := unix.Mount(cfg.Root, cfg.Root, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+		return fmt.Errorf("bind the root onto itself: %w", err)
+	}
+	if err := unix.Mount("", cfg.Root, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
+		return fmt.Errorf("remount the root nosuid, nodev: %w", err)
 	}
 	rootFD, err := unix.Open(cfg.Root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
 	if err != nil {
@@ -164,8 +186,19 @@ func doMount(rootFD int, m mount) error {
 		if err != nil {
 			return err
 		}
+		err = unix.Mount(m.Source, fdPath(fd), "", unix.MS_BIND|unix.MS_REC, "")
+		unix.Close(fd)
+		if err != nil {
+			return err
+		}
+		// Writable, but no device node or setuid bit on it takes effect.
+		// The remount goes through a descriptor of the new mount.
+		fd, err = openBeneath(rootFD, m.Target, file)
+		if err != nil {
+			return err
+		}
 		defer unix.Close(fd)
-		return unix.Mount(m.Source, fdPath(fd), "", unix.MS_BIND|unix.MS_REC, "")
+		return unix.Mount("", fdPath(fd), "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_NOSUID|unix.MS_NODEV, "")
 	case mountTmpfs:
 		fd, err := openBeneath(rootFD, m.Target, false)
 		if err != nil {
@@ -253,6 +286,11 @@ func mountDev(rootFD int) error {
 		if err := unix.Symlinkat(target, devFD, name); err != nil && !errors.Is(err, unix.EEXIST) {
 			return fmt.Errorf("link /dev/%s: %w", name, err)
 		}
+	}
+	// The tmpfs must allow the bound devices; read-only, nothing else can
+	// be made there (a task run as root keeps CAP_MKNOD).
+	if err := unix.Mount("", fdPath(devFD), "", unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NOEXEC, "mode=0755,size=64k"); err != nil {
+		return fmt.Errorf("remount /dev read-only: %w", err)
 	}
 	return nil
 }

@@ -346,3 +346,29 @@ func TestExec_ChrootEnvFile(t *testing.T) {
 	must.True(t, res.Successful(), must.Sprintf("result %+v, stderr %s", res, errOut))
 	must.Eq(t, "from the host\n", out)
 }
+
+// A task run as root cannot leave its root: the host's is detached from
+// its mount namespace, so the classic chroot escape finds nothing, and a
+// device node it makes in a writable place does not work.
+func TestExec_RootTaskCannotEscape(t *testing.T) {
+	t.Parallel()
+	secret := filepath.Join(t.TempDir(), "host-secret")
+	must.NoError(t, os.WriteFile(secret, []byte("HOST SECRET\n"), 0o600))
+	d := testDriver(t, nil)
+	script := `
+perl -e 'mkdir "/tmp/x"; chroot "/tmp/x"; chdir ".." for 1..64; chroot "."; open(F, "<", "` + secret + `") or exit 3; print <F>'
+echo "escape=$?"
+for where in /local /alloc /tmp; do
+  if mknod $where/null c 1 3 2>/dev/null && echo x > $where/null 2>/dev/null; then echo "dev $where=works"; else echo "dev $where=refused"; fi
+done
+if mknod /dev/mine c 1 3 2>/dev/null; then echo "mknod /dev=works"; else echo "mknod /dev=refused"; fi
+echo probe > /dev/null && echo "null=ok"
+`
+	res, out, errOut := run(t, d, TaskConfig{User: "root"}, script)
+	must.True(t, res.Successful(), must.Sprintf("result %+v, stderr %s", res, errOut))
+	must.StrNotContains(t, out, "HOST SECRET")
+	must.StrContains(t, out, "escape=3\n")
+	for _, line := range []string{"dev /local=refused", "dev /alloc=refused", "dev /tmp=refused", "mknod /dev=refused", "null=ok"} {
+		must.StrContains(t, out, line+"\n")
+	}
+}
