@@ -600,6 +600,17 @@ func (ar *allocRunner) killAll(reason string) {
 	}
 }
 
+// killPoststop kills the poststop tasks too, running or not started: for
+// an allocation that is going away (removed by the servers, or a dev
+// client stopping), where nothing may outlive it.
+func (ar *allocRunner) killPoststop(reason string) {
+	for _, tr := range ar.tasks {
+		if tr.lc.Hook == lifecycle.Poststop {
+			tr.kill(reason)
+		}
+	}
+}
+
 func lifecycleTask(t *structs.Task) lifecycle.Task {
 	lt := lifecycle.Task{Name: t.Name, Hook: t.LifecycleHook()}
 	if t.Lifecycle != nil {
@@ -790,6 +801,7 @@ func (ar *allocRunner) markDestroy(onDestroy func()) {
 	ar.onDestroy = onDestroy
 	ar.mu.Unlock()
 	ar.stop("allocation removed by server")
+	ar.killPoststop("allocation removed by server")
 	if ar.isDone() && ar.allDead() {
 		ar.destroyNow()
 	}

@@ -995,3 +995,16 @@ func TestAllocManager_KillAllStartsNothingNew(t *testing.T) {
 	))
 	must.Nil(t, m.getRunner(replacement.ID), must.Sprint("a runner started after killAll"))
 }
+
+// killTasksOnCleanup kills every task of m when the test ends, before m
+// stops: a stopped manager leaves its tasks running, as a restarting
+// client does, and tasks that never end on their own would outlive the
+// test.
+func killTasksOnCleanup(t *testing.T, m *testManager) {
+	t.Helper()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		must.NoError(t, m.killAll(ctx))
+	})
+}

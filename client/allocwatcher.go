@@ -376,6 +376,7 @@ func (m *allocManager) killAll(ctx context.Context) error {
 	m.mu.Unlock()
 	for _, ar := range runners {
 		ar.stop("client is ephemeral and shutting down")
+		ar.killPoststop("client is ephemeral and shutting down")
 	}
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()

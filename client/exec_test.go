@@ -110,6 +110,7 @@ func TestAllocRunner_StatsOfRunningTasks(t *testing.T) {
 	dataDir := t.TempDir()
 	srv := newFakeServer(uuid.NewString())
 	m := startTestManager(t, srv, dataDir, nil)
+	killTasksOnCleanup(t, m)
 	// 24 MiB held by a shell variable, and a core kept busy beside it.
 	hog := execTask("hog", `x=$(head -c 25165824 /dev/zero | tr '\0' a); echo held > "$NOMAD_ALLOC_DIR/data/held"; while :; do :; done`, 128)
 	alloc := testAlloc(srv.nodeID, structs.JobTypeService, noRestarts, hog, shTask("plain", `exec sleep 60`))

@@ -9,6 +9,7 @@ import (
 	"path"
 	"sort"
 	"strings"
+	"syscall"
 
 	"github.com/roamhq/roam/structs"
 )
@@ -66,7 +67,7 @@ func (m *allocManager) allocFS(req *structs.AllocFSRequest) (*structs.AllocFSRes
 		}
 		return &structs.AllocFSResponse{File: fileInfo(path.Base(rel), fi)}, nil
 	case structs.AllocFSList:
-		d, err := root.Open(rel)
+		d, err := root.OpenFile(rel, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 		if err != nil {
 			return nil, fsErr(req.Path, err)
 		}
@@ -89,7 +90,7 @@ func (m *allocManager) allocFS(req *structs.AllocFSRequest) (*structs.AllocFSRes
 		sort.Slice(out.Files, func(i, j int) bool { return out.Files[i].Name < out.Files[j].Name })
 		return out, nil
 	case structs.AllocFSCat:
-		f, err := root.Open(rel)
+		f, err := root.OpenFile(rel, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 		if err != nil {
 			return nil, fsErr(req.Path, err)
 		}

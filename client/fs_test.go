@@ -20,6 +20,7 @@ func TestAllocFS(t *testing.T) {
 	dataDir := t.TempDir()
 	srv := newFakeServer(uuid.NewString())
 	m := startTestManager(t, srv, dataDir, nil)
+	killTasksOnCleanup(t, m)
 	outside := filepath.Join(t.TempDir(), "host-secret")
 	must.NoError(t, os.WriteFile(outside, []byte("host"), 0o644))
 	task := shTask("web", `echo hello > local/greeting; echo s > secrets/token; ln -s `+outside+` local/escape; ln -s /etc local/etc; exec sleep 60`)

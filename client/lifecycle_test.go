@@ -2,14 +2,17 @@ package client
 
 import (
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/hashicorp/go-hclog"
 	"github.com/shoenig/test/must"
+	"github.com/shoenig/test/wait"
 
 	"github.com/roamhq/roam/structs"
 )
@@ -51,7 +54,7 @@ func TestAllocRunner_LifecycleOrder(t *testing.T) {
 func TestAllocRunner_LifecycleSidecarStopsAfterMain(t *testing.T) {
 	dataDir := t.TempDir()
 	srv := newFakeServer(uuid.NewString())
-	startTestManager(t, srv, dataDir, nil)
+	killTasksOnCleanup(t, startTestManager(t, srv, dataDir, nil))
 	policy := &structs.RestartPolicy{Attempts: 3, Interval: time.Hour, Delay: 10 * time.Millisecond, Mode: structs.RestartPolicyModeFail}
 	alloc := testAlloc(srv.nodeID, structs.JobTypeBatch, policy,
 		shTask("main", `while [ ! -e "$NOMAD_ALLOC_DIR/proxy-up" ]; do sleep 0.02; done; exit 0`),
@@ -168,4 +171,31 @@ func TestAllocRunner_StaleStatesAreNotReportedLast(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	must.Eq(t, []string{structs.TaskStatePending, structs.TaskStateRunning}, reports)
+}
+
+// A poststop task runs after a stop, but one that hangs does not hold an
+// allocation the servers removed, nor a dev client that stops.
+func TestAllocRunner_HungPoststopEndsWithTheAllocation(t *testing.T) {
+	dataDir := t.TempDir()
+	srv := newFakeServer(uuid.NewString())
+	m := startTestManager(t, srv, dataDir, nil)
+	svc := testAlloc(srv.nodeID, structs.JobTypeService, noRestarts,
+		shTask("server", `exec sleep 60`),
+		hooked(shTask("cleanup", `echo $$ > "$NOMAD_ALLOC_DIR/cleanup.pid"; exec sleep 1000`), structs.TaskLifecycleHookPoststop, false),
+	)
+	srv.upsert(svc)
+	waitStatus(t, srv, svc.ID, structs.AllocClientStatusRunning)
+	stop := svc.Copy()
+	stop.DesiredStatus = structs.AllocDesiredStatusStop
+	srv.upsert(stop)
+	pidText := waitFile(t, filepath.Join(dataDir, "alloc", svc.ID, "alloc", "cleanup.pid"))
+	pid, err := strconv.Atoi(strings.TrimSpace(pidText))
+	must.NoError(t, err)
+	// The poststop task runs, so the allocation is not terminal yet.
+	waitStatus(t, srv, svc.ID, structs.AllocClientStatusRunning)
+	srv.remove(svc.ID)
+	must.Wait(t, wait.InitialSuccess(
+		wait.BoolFunc(func() bool { return m.getRunner(svc.ID) == nil && syscall.Kill(pid, 0) != nil }),
+		wait.Timeout(30*time.Second), wait.Gap(20*time.Millisecond),
+	), must.Sprint("the poststop task outlived its allocation"))
 }

@@ -3,10 +3,9 @@ package client
 import (
 	"bytes"
 	"context"
-	"errors"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
-	"io"
-	"io/fs"
 	"maps"
 	"os"
 	"path"
@@ -233,19 +232,12 @@ func (tr *taskRunner) checkTemplates(h *rawexec.Handle) {
 	}
 }
 
-// readBounded reads rel beneath root, at most limit bytes.
+// readBounded reads the regular file rel beneath root, at most limit
+// bytes, without blocking on a FIFO the task put there.
 func readBounded(root *os.Root, rel string, limit int) (string, error) {
-	f, err := root.Open(rel)
+	b, err := tasktemplate.ReadFile(root, rel, limit)
 	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, int64(limit)+1))
-	if err != nil {
-		return "", err
-	}
-	if len(b) > limit {
-		return "", fmt.Errorf("%s: %w (%d bytes)", rel, tasktemplate.ErrTooLarge, limit)
+		return "", fmt.Errorf("%s: %w", rel, err)
 	}
 	return string(b), nil
 }
@@ -256,12 +248,14 @@ func writeAtomic(root *os.Root, rel string, data []byte, perm os.FileMode, uid, 
 	if err := root.MkdirAll(path.Dir(rel), 0o755); err != nil {
 		return err
 	}
-	tmp := path.Join(path.Dir(rel), "."+path.Base(rel)+".roam-tmp")
-	// Whatever the task left under that name goes; the file is new, so
-	// no link it made is written through.
-	if err := root.Remove(tmp); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	// A new file under a name of its own: nothing the task left is
+	// written through, and two writers of one destination do not share
+	// a temporary file.
+	var suffix [8]byte
+	if _, err := rand.Read(suffix[:]); err != nil {
 		return err
 	}
+	tmp := path.Join(path.Dir(rel), "."+path.Base(rel)+".roam-tmp-"+hex.EncodeToString(suffix[:]))
 	f, err := root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, perm)
 	if err != nil {
 		return err

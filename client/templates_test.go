@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -75,7 +76,8 @@ touch local/.planted; rm -f local/out; ln -s `+outside+` local/out; exit 1`)
 func TestAllocRunner_TemplateChangeModes(t *testing.T) {
 	dataDir := t.TempDir()
 	srv := newFakeServer(uuid.NewString())
-	startTestManagerWith(t, srv, dataDir, nil, func(c *allocManagerConfig) { c.TemplateCheckInterval = 50 * time.Millisecond })
+	m := startTestManagerWith(t, srv, dataDir, nil, func(c *allocManagerConfig) { c.TemplateCheckInterval = 50 * time.Millisecond })
+	killTasksOnCleanup(t, m)
 
 	// Each task renders local/src (which it writes itself at first) to
 	// local/out, and logs its starts and the signals it gets.
@@ -128,4 +130,55 @@ func waitFileEq(t *testing.T, path, want string) string {
 		return got == want
 	}), wait.Timeout(20*time.Second), wait.Gap(20*time.Millisecond)), must.Sprintf("%s holds %q", path, got))
 	return got
+}
+
+// A FIFO the task put where a template reads or writes does not hold the
+// client: the render fails (or is skipped by the watcher) at once, and
+// the allocation still stops. Two templates writing one shared file do
+// not trip over each other's temporary file.
+func TestAllocRunner_TemplateFIFOAndSharedDestinations(t *testing.T) {
+	dataDir := t.TempDir()
+	srv := newFakeServer(uuid.NewString())
+	m := startTestManagerWith(t, srv, dataDir, nil, func(c *allocManagerConfig) { c.TemplateCheckInterval = 20 * time.Millisecond })
+	killTasksOnCleanup(t, m)
+	task := shTask("fifo", `rm -f local/out; mkfifo local/out; echo made > local/made; exec sleep 60`)
+	task.Templates = []*structs.Template{{EmbeddedTmpl: "x", DestPath: "local/out"}, {EmbeddedTmpl: `{{ file "local/out" }}`, DestPath: "local/copy", ChangeMode: "noop"}}
+	alloc := testAlloc(srv.nodeID, structs.JobTypeService, noRestarts, task)
+	allocDir := filepath.Join(dataDir, "alloc", alloc.ID)
+	srv.upsert(alloc)
+	waitStatus(t, srv, alloc.ID, structs.AllocClientStatusRunning)
+	waitFile(t, filepath.Join(allocDir, "fifo", "local", "made"))
+	// Let the watcher meet the FIFO a few times.
+	for i := 0; i < 5; i++ {
+		_, err := m.allocStats(alloc.ID)
+		must.NoError(t, err)
+	}
+	stop := alloc.Copy()
+	stop.DesiredStatus = structs.AllocDesiredStatusStop
+	srv.upsert(stop)
+	waitStatus(t, srv, alloc.ID, structs.AllocClientStatusComplete)
+
+	// Concurrent writers of one destination each put a whole file there.
+	root, err := os.OpenRoot(t.TempDir())
+	must.NoError(t, err)
+	defer root.Close()
+	var wg sync.WaitGroup
+	errs := make(chan error, 400)
+	for w := 0; w < 4; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 100; i++ {
+				errs <- writeAtomic(root, "shared.conf", []byte(strings.Repeat("y", 4096)), 0o644, -1, -1)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		must.NoError(t, err)
+	}
+	b, err := root.ReadFile("shared.conf")
+	must.NoError(t, err)
+	must.Eq(t, 4096, len(b))
 }

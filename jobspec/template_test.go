@@ -73,3 +73,47 @@ func TestParseJSON_NomadClientTemplate(t *testing.T) {
 	must.Eq(t, "local/id.conf", tmpl[0].DestPath)
 	must.Eq(t, "restart", tmpl[0].ChangeMode)
 }
+
+// A template may not land where a mount covers it, nor two tasks write
+// one shared file.
+func TestParseHCL_TemplateCoveredOrShared(t *testing.T) {
+	_, err := ParseHCL("job.hcl", []byte(oneTask("", "template {\n data = \"x\"\n destination = \"alloc/x\"\n}")))
+	must.ErrorContains(t, err, `write into the shared directory as ${NOMAD_ALLOC_DIR}/x`)
+
+	_, err = ParseHCL("job.hcl", []byte(oneTask(`volume "v" {
+      type            = "csi"
+      source          = "v"
+      access_mode     = "single-node-writer"
+      attachment_mode = "file-system"
+    }`, `volume_mount {
+        volume      = "v"
+        destination = "srv/data"
+      }
+      template {
+        data        = "x"
+        destination = "srv/data/app.conf"
+      }`)))
+	must.ErrorContains(t, err, `destination "srv/data/app.conf" lies in volume_mount "srv/data"`)
+
+	_, err = ParseHCL("job.hcl", []byte(`job "a" {
+  group "g" {
+    task "a" {
+      driver = "raw_exec"
+      config { command = "/bin/true" }
+      template {
+        data        = "a"
+        destination = "${NOMAD_ALLOC_DIR}/shared.conf"
+      }
+    }
+    task "b" {
+      driver = "raw_exec"
+      config { command = "/bin/true" }
+      template {
+        data        = "b"
+        destination = "${NOMAD_ALLOC_DIR}/shared.conf"
+      }
+    }
+  }
+}`))
+	must.ErrorContains(t, err, `task "b": template destination "${NOMAD_ALLOC_DIR}/shared.conf" is task "a"'s too`)
+}

@@ -389,6 +389,7 @@ func (tg *TaskGroup) validate(jobType string, p *Problems) {
 	}
 	tg.validateNetworks(add)
 	tg.validateLifecycle(add)
+	tg.validateSharedTemplates(add)
 	if rp := tg.RestartPolicy; rp != nil {
 		if rp.Attempts < 0 || rp.Interval < 0 || rp.Delay < 0 {
 			add("restart: attempts, interval and delay must not be negative")

@@ -127,6 +127,12 @@ func (t *Task) validateTemplates(add func(string, ...any)) {
 			// exec's secrets/ is a tmpfs mounted in the task's own mount
 			// namespace, after the client renders.
 			add("%s: destination %q: templates into secrets/ are not supported for exec tasks yet; use local/", where, tp.DestPath)
+		} else if dir == TemplateInTaskDir && strings.HasPrefix(rel, "alloc/") {
+			// The task's alloc/ is where the shared dir is mounted (exec)
+			// or nothing (raw_exec): write there by name.
+			add("%s: destination %q: write into the shared directory as ${NOMAD_ALLOC_DIR}/%s", where, tp.DestPath, strings.TrimPrefix(rel, "alloc/"))
+		} else if vm := mountUnder(t, rel); dir == TemplateInTaskDir && vm != "" {
+			add("%s: destination %q lies in volume_mount %q, whose volume is mounted over it", where, tp.DestPath, vm)
 		} else if dests[dir+"/"+rel] {
 			add("%s: destination %q is another template's too", where, tp.DestPath)
 		} else {
@@ -151,6 +157,42 @@ func (t *Task) validateTemplates(add func(string, ...any)) {
 		}
 		if tp.Splay < 0 {
 			add("%s: splay must not be negative", where)
+		}
+	}
+}
+
+// mountUnder is the destination of the task's volume_mount that rel lies
+// in, or "".
+func mountUnder(t *Task, rel string) string {
+	for _, vm := range t.VolumeMounts {
+		if vm != nil && vm.Destination != "" && nested(vm.Destination, rel) {
+			return vm.Destination
+		}
+	}
+	return ""
+}
+
+// validateSharedTemplates adds a problem for two tasks of the group
+// writing one file of the shared directory.
+func (tg *TaskGroup) validateSharedTemplates(add func(string, ...any)) {
+	owner := map[string]string{}
+	for _, t := range tg.Tasks {
+		if t == nil {
+			continue
+		}
+		for _, tp := range t.Templates {
+			if tp == nil {
+				continue
+			}
+			dir, rel, err := TemplateTarget(tp.DestPath)
+			if err != nil || dir != TemplateInAllocDir {
+				continue
+			}
+			if other, ok := owner[rel]; ok && other != t.Name {
+				add("task %q: template destination %q is task %q's too", t.Name, tp.DestPath, other)
+				continue
+			}
+			owner[rel] = t.Name
 		}
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"text/template"
 )
 
@@ -44,17 +45,9 @@ func funcs(env Env, root *os.Root) template.FuncMap {
 			if root == nil {
 				return "", errors.New("file: no task directory")
 			}
-			f, err := root.Open(path)
+			b, err := ReadFile(root, path, MaxFileBytes)
 			if err != nil {
 				return "", fmt.Errorf("file %q: %w", path, err)
-			}
-			defer f.Close()
-			b, err := io.ReadAll(io.LimitReader(f, MaxFileBytes+1))
-			if err != nil {
-				return "", fmt.Errorf("file %q: %w", path, err)
-			}
-			if len(b) > MaxFileBytes {
-				return "", fmt.Errorf("file %q: %w (%d bytes)", path, ErrTooLarge, MaxFileBytes)
 			}
 			return string(b), nil
 		},
@@ -188,4 +181,34 @@ func validEnvName(s string) bool {
 		}
 	}
 	return true
+}
+
+// ErrNotRegular is a path that is not a regular file: a FIFO, a device, a
+// socket or a directory a task put where a file was expected.
+var ErrNotRegular = errors.New("not a regular file")
+
+// ReadFile reads name beneath root, at most limit bytes. It opens without
+// blocking (a FIFO the task left there would hold the reader forever) and
+// reads only a regular file.
+func ReadFile(root *os.Root, name string, limit int) ([]byte, error) {
+	f, err := root.OpenFile(name, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%w (%s)", ErrNotRegular, fi.Mode().Type())
+	}
+	b, err := io.ReadAll(io.LimitReader(f, int64(limit)+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > limit {
+		return nil, fmt.Errorf("%w (%d bytes)", ErrTooLarge, limit)
+	}
+	return b, nil
 }
