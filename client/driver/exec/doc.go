@@ -23,7 +23,11 @@
 //     devices, and a fresh /proc shows only the task's own processes.
 //     Every mount target is opened beneath the root without following a
 //     symlink, so nothing the task left in its directory can aim a mount
-//     at the host. It then chroots, drops to the task user (nobody by
+//     at the host. The task directory itself is bound onto itself
+//     nosuid and nodev, writable binds are remounted so, and /dev is made
+//     read-only. It then pivots into the task directory and detaches the
+//     host's root, so that nothing of the host is left in the mount
+//     namespace to climb back to, drops to the task user (nobody by
 //     default) with no supplementary groups, no capabilities beyond
 //     Nomad's default set for exec and no_new_privs, and execs the task,
 //     which becomes pid 1.
