@@ -121,14 +121,14 @@ func buildRoot(cfg *initConfig) error {
 	if err := unix.Mount(cfg.Root, cfg.Root, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
 		return fmt.Errorf("bind the root onto itself: %w", err)
 	}
-	if err := unix.Mount("", cfg.Root, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
-		return fmt.Errorf("remount the root nosuid, nodev: %w", err)
-	}
 	rootFD, err := unix.Open(cfg.Root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
 	if err != nil {
 		return fmt.Errorf("open root: %w", err)
 	}
 	defer unix.Close(rootFD)
+	if err := restrictMounts(rootFD, false); err != nil {
+		return fmt.Errorf("remount the root nosuid, nodev: %w", err)
+	}
 	for _, m := range cfg.Mounts {
 		if err := doMount(rootFD, m); err != nil {
 			return fmt.Errorf("mount %s at /%s: %w", orKind(m), m.Target, err)
@@ -155,6 +155,14 @@ func buildRoot(cfg *initConfig) error {
 	defer unix.Close(sys)
 	if err := bindReadOnly(rootFD, fdPath(sys), "proc/sys", false); err != nil {
 		return fmt.Errorf("/proc/sys: %w", err)
+	}
+	// So is the magic SysRq trigger, where the kernel has one.
+	if trig, err := openBeneath(rootFD, "proc/sysrq-trigger", true); err == nil {
+		err = bindReadOnly(rootFD, fdPath(trig), "proc/sysrq-trigger", true)
+		unix.Close(trig)
+		if err != nil {
+			return fmt.Errorf("/proc/sysrq-trigger: %w", err)
+		}
 	}
 	return nil
 }
@@ -198,7 +206,7 @@ func doMount(rootFD int, m mount) error {
 			return err
 		}
 		defer unix.Close(fd)
-		return unix.Mount("", fdPath(fd), "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_NOSUID|unix.MS_NODEV, "")
+		return restrictMounts(fd, m.ReadOnly)
 	case mountTmpfs:
 		fd, err := openBeneath(rootFD, m.Target, false)
 		if err != nil {
@@ -232,11 +240,30 @@ func bindReadOnly(rootFD int, src, target string, file bool) error {
 		return err
 	}
 	defer unix.Close(fd)
-	flags := uintptr(unix.MS_BIND | unix.MS_REMOUNT | unix.MS_RDONLY | unix.MS_NOSUID | unix.MS_NODEV)
-	if err := unix.Mount("", fdPath(fd), "", flags, ""); err != nil {
+	if err := restrictMounts(fd, true); err != nil {
 		return fmt.Errorf("remount read-only: %w", err)
 	}
 	return nil
+}
+
+// restrictMounts makes the mount at fd, and every mount beneath it (a
+// bind is recursive: the source's own submounts come along), nosuid and
+// nodev, and read-only if ro. Kernels before 5.12 lack mount_setattr;
+// there only the top mount is changed.
+func restrictMounts(fd int, ro bool) error {
+	attr := &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV}
+	if ro {
+		attr.Attr_set |= unix.MOUNT_ATTR_RDONLY
+	}
+	err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, attr)
+	if !errors.Is(err, unix.ENOSYS) {
+		return err
+	}
+	flags := uintptr(unix.MS_BIND | unix.MS_REMOUNT | unix.MS_NOSUID | unix.MS_NODEV)
+	if ro {
+		flags |= unix.MS_RDONLY
+	}
+	return unix.Mount("", fdPath(fd), "", flags, "")
 }
 
 // devices are the host devices a task gets in its /dev.

@@ -372,3 +372,38 @@ echo probe > /dev/null && echo "null=ok"
 		must.StrContains(t, out, line+"\n")
 	}
 }
+
+// A bind brings the source's own submounts along; those get the same
+// restrictions: read-only where the bind is, nosuid and nodev everywhere.
+func TestExec_SubmountsAreRestrictedToo(t *testing.T) {
+	t.Parallel()
+	host := t.TempDir()
+	vol, rovol, ce := filepath.Join(host, "vol"), filepath.Join(host, "rovol"), filepath.Join(host, "ce")
+	for _, dir := range []string{vol, rovol, ce} {
+		sub := filepath.Join(dir, "sub")
+		must.NoError(t, os.MkdirAll(sub, 0o777))
+		must.NoError(t, syscall.Mount("tmpfs", sub, "tmpfs", 0, "mode=0777,size=1m"))
+		t.Cleanup(func() { _ = syscall.Unmount(sub, syscall.MNT_DETACH) })
+	}
+	d := testDriver(t, func(c *Config) {
+		c.ChrootEnv = DefaultChrootEnv()
+		c.ChrootEnv[ce] = "/ce"
+	})
+	script := `
+try() { if "$@" 2>/dev/null; then echo ok; else echo refused; fi; }
+echo "rovol_sub=$(try touch /rovol/sub/x)"
+echo "ce_sub=$(try touch /ce/sub/x)"
+echo "vol_sub=$(try touch /vol/sub/x)"
+for where in /vol/sub /rovol/sub /ce/sub; do
+  if mknod $where/null c 1 3 2>/dev/null && echo x > $where/null 2>/dev/null; then echo "dev $where=works"; else echo "dev $where=refused"; fi
+done
+`
+	res, out, errOut := run(t, d, TaskConfig{User: "root", Volumes: []VolumeMount{
+		{Source: vol, Destination: "vol"}, {Source: rovol, Destination: "rovol", ReadOnly: true},
+	}}, script)
+	must.True(t, res.Successful(), must.Sprintf("result %+v, stderr %s", res, errOut))
+	for _, line := range []string{"rovol_sub=refused", "ce_sub=refused", "vol_sub=ok",
+		"dev /vol/sub=refused", "dev /rovol/sub=refused", "dev /ce/sub=refused"} {
+		must.StrContains(t, out, line+"\n")
+	}
+}
