@@ -113,7 +113,8 @@ func TestAllocRunner_StatsOfRunningTasks(t *testing.T) {
 	killTasksOnCleanup(t, m)
 	// 24 MiB held by a shell variable, and a core kept busy beside it.
 	hog := execTask("hog", `x=$(head -c 25165824 /dev/zero | tr '\0' a); echo held > "$NOMAD_ALLOC_DIR/data/held"; while :; do :; done`, 128)
-	alloc := testAlloc(srv.nodeID, structs.JobTypeService, noRestarts, hog, shTask("plain", `exec sleep 60`))
+	alloc := testAlloc(srv.nodeID, structs.JobTypeService, noRestarts, hog, shTask("plain", `exec sleep 60`),
+		shTask("parent", `while :; do :; done & wait`))
 	srv.upsert(alloc)
 	waitStatus(t, srv, alloc.ID, structs.AllocClientStatusRunning)
 	waitFile(t, filepath.Join(dataDir, "alloc", alloc.ID, "alloc", "data", "held"))
@@ -130,6 +131,10 @@ func TestAllocRunner_StatsOfRunningTasks(t *testing.T) {
 	must.Positive(t, p.ResourceUsage.MemoryStats.RSS)
 	must.Less(t, 5.0, p.ResourceUsage.CpuStats.Percent)
 	must.Greater(t, h.ResourceUsage.MemoryStats.Usage, u.ResourceUsage.MemoryStats.Usage+1)
+	// A raw_exec task's children count: the shell waits, its child burns.
+	pp := u.Tasks["parent"]
+	must.NotNil(t, pp)
+	must.Greater(t, 5.0, pp.ResourceUsage.CpuStats.Percent, must.Sprintf("cpu %+v", pp.ResourceUsage.CpuStats))
 	_, err = m.allocStats("no-such-alloc")
 	must.ErrorIs(t, err, ErrUnknownAlloc)
 }

@@ -7,9 +7,12 @@ import (
 	"io/fs"
 	"os"
 	"path"
+	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
-	"syscall"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/roamhq/roam/structs"
 )
@@ -42,9 +45,61 @@ func fileInfo(name string, fi fs.FileInfo) *structs.AllocFileInfo {
 	return &structs.AllocFileInfo{Name: name, IsDir: fi.IsDir(), Size: fi.Size(), FileMode: fi.Mode().String(), ModTime: fi.ModTime()}
 }
 
-// allocFS answers one fs request for an allocation this client runs. Every
-// path is opened beneath the allocation directory: a link that leads out
-// of it is not followed.
+// deniedRel reports whether a clean path relative to the allocation
+// directory lies in a task's secrets/ or the executor's .rawexec/.
+func deniedRel(rel string) bool {
+	for i, part := range strings.Split(rel, "/") {
+		if part == ".rawexec" || (i == 1 && part == secretsDirName) {
+			return true
+		}
+	}
+	return false
+}
+
+// openChecked opens rel beneath the allocation directory dirFD without
+// following anything out of it (openat2 RESOLVE_BENEATH), as O_PATH, which
+// has no effect on the file (a device or FIFO is not really opened). A
+// link inside the directory is followed; what it resolves to is checked
+// again, so that no link leads into a task's secrets/ or .rawexec/.
+func openChecked(dirFD int, realDir, p, rel string) (*os.File, fs.FileInfo, error) {
+	fd, err := unix.Openat2(dirFD, rel, &unix.OpenHow{
+		Flags:   unix.O_PATH | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_MAGICLINKS,
+	})
+	switch {
+	case errors.Is(err, unix.EXDEV):
+		return nil, nil, fmt.Errorf("%w: %q leads out of the allocation directory", ErrFSDenied, p)
+	case errors.Is(err, unix.ENOENT):
+		return nil, nil, fmt.Errorf("%q: %w", p, fs.ErrNotExist)
+	case err != nil:
+		return nil, nil, fmt.Errorf("%q: %w", p, err)
+	}
+	f := os.NewFile(uintptr(fd), rel)
+	real, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(fd))
+	if err != nil {
+		f.Close()
+		return nil, nil, err
+	}
+	r, err := filepath.Rel(realDir, real)
+	if err != nil || r == ".." || strings.HasPrefix(r, "../") || deniedRel(r) {
+		f.Close()
+		return nil, nil, fmt.Errorf("%w: %q", ErrFSDenied, p)
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, nil, err
+	}
+	return f, fi, nil
+}
+
+// reopen opens an O_PATH descriptor for reading, without blocking on a
+// FIFO and without making a tty the controlling one.
+func reopen(fd int, flags int) (*os.File, error) {
+	return os.OpenFile("/proc/self/fd/"+strconv.Itoa(fd), flags|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+}
+
+// allocFS answers one fs request for an allocation this client runs.
 func (m *allocManager) allocFS(req *structs.AllocFSRequest) (*structs.AllocFSResponse, error) {
 	ar := m.getRunner(req.AllocID)
 	if ar == nil || ar.allocDir == "" {
@@ -54,22 +109,31 @@ func (m *allocManager) allocFS(req *structs.AllocFSRequest) (*structs.AllocFSRes
 	if err != nil {
 		return nil, err
 	}
-	root, err := os.OpenRoot(ar.allocDir)
+	realDir, err := filepath.EvalSymlinks(ar.allocDir)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: %w", ErrUnknownAlloc, req.AllocID, err)
 	}
-	defer root.Close()
+	dirFD, err := unix.Open(realDir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", ErrUnknownAlloc, req.AllocID, err)
+	}
+	defer unix.Close(dirFD)
+	pf, fi, err := openChecked(dirFD, realDir, req.Path, rel)
+	if err != nil {
+		return nil, err
+	}
+	defer pf.Close()
+	fd := int(pf.Fd())
 	switch req.Op {
 	case structs.AllocFSStat:
-		fi, err := root.Stat(rel)
-		if err != nil {
-			return nil, fsErr(req.Path, err)
-		}
 		return &structs.AllocFSResponse{File: fileInfo(path.Base(rel), fi)}, nil
 	case structs.AllocFSList:
-		d, err := root.OpenFile(rel, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+		if !fi.IsDir() {
+			return nil, fmt.Errorf("%w: %q is not a directory", ErrBadLogRequest, req.Path)
+		}
+		d, err := reopen(fd, os.O_RDONLY|unix.O_DIRECTORY)
 		if err != nil {
-			return nil, fsErr(req.Path, err)
+			return nil, err
 		}
 		defer d.Close()
 		entries, err := d.ReadDir(structs.MaxAllocFSEntries)
@@ -78,39 +142,35 @@ func (m *allocManager) allocFS(req *structs.AllocFSRequest) (*structs.AllocFSRes
 		}
 		out := &structs.AllocFSResponse{Files: []*structs.AllocFileInfo{}}
 		for _, e := range entries {
-			if e.Name() == ".rawexec" || (strings.Count(rel, "/") == 0 && rel != "." && e.Name() == secretsDirName) {
+			if deniedRel(path.Join(rel, e.Name())) {
 				continue
 			}
-			fi, err := e.Info()
+			info, err := e.Info()
 			if err != nil {
 				continue // gone since the listing
 			}
-			out.Files = append(out.Files, fileInfo(e.Name(), fi))
+			out.Files = append(out.Files, fileInfo(e.Name(), info))
 		}
 		sort.Slice(out.Files, func(i, j int) bool { return out.Files[i].Name < out.Files[j].Name })
 		return out, nil
 	case structs.AllocFSCat:
-		f, err := root.OpenFile(rel, os.O_RDONLY|syscall.O_NONBLOCK, 0)
-		if err != nil {
-			return nil, fsErr(req.Path, err)
-		}
-		defer f.Close()
-		fi, err := f.Stat()
-		if err != nil {
-			return nil, err
-		}
 		if fi.IsDir() {
 			return nil, fmt.Errorf("%w: %q is a directory", ErrBadLogRequest, req.Path)
 		}
 		if !fi.Mode().IsRegular() {
 			return nil, fmt.Errorf("%w: %q is not a regular file", ErrBadLogRequest, req.Path)
 		}
+		if req.Offset < 0 {
+			return nil, fmt.Errorf("%w: negative offset", ErrBadLogRequest)
+		}
+		f, err := reopen(fd, os.O_RDONLY)
+		if err != nil {
+			return nil, err
+		}
+		defer f.Close()
 		limit := req.Limit
 		if limit <= 0 || limit > structs.MaxLogChunk {
 			limit = structs.MaxLogChunk
-		}
-		if req.Offset < 0 {
-			return nil, fmt.Errorf("%w: negative offset", ErrBadLogRequest)
 		}
 		size := fi.Size()
 		off := min(req.Offset, size)
@@ -122,15 +182,6 @@ func (m *allocManager) allocFS(req *structs.AllocFSRequest) (*structs.AllocFSRes
 		return &structs.AllocFSResponse{Data: buf[:n], Offset: off, Size: size}, nil
 	}
 	return nil, fmt.Errorf("%w: unknown fs operation %q", ErrBadLogRequest, req.Op)
-}
-
-// fsErr names a path that leads out of the allocation directory (through
-// a link) as denied; os.Root has no exported error for it.
-func fsErr(p string, err error) error {
-	if err != nil && strings.Contains(err.Error(), "path escapes from parent") {
-		return fmt.Errorf("%w: %q leads out of the allocation directory", ErrFSDenied, p)
-	}
-	return err
 }
 
 // AllocFS reads the directory of an allocation this client runs.

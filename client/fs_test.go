@@ -23,7 +23,8 @@ func TestAllocFS(t *testing.T) {
 	killTasksOnCleanup(t, m)
 	outside := filepath.Join(t.TempDir(), "host-secret")
 	must.NoError(t, os.WriteFile(outside, []byte("host"), 0o644))
-	task := shTask("web", `echo hello > local/greeting; echo s > secrets/token; ln -s `+outside+` local/escape; ln -s /etc local/etc; exec sleep 60`)
+	task := shTask("web", `echo hello > local/greeting; echo s > secrets/token; ln -s `+outside+` local/escape
+ln -s ../secrets local/s; ln -s ../.rawexec local/r; ln -s ../web/secrets "$NOMAD_ALLOC_DIR/x"; ln -s /etc local/etc; exec sleep 60`)
 	alloc := testAlloc(srv.nodeID, structs.JobTypeService, noRestarts, task)
 	srv.upsert(alloc)
 	waitStatus(t, srv, alloc.ID, structs.AllocClientStatusRunning)
@@ -57,7 +58,10 @@ func TestAllocFS(t *testing.T) {
 	must.NoError(t, err)
 	must.Eq(t, "greeting", st.File.Name)
 
-	for _, p := range []string{"web/secrets/token", "web/secrets", "web/.rawexec/spec.json", "web/local/escape", "web/local/etc/passwd"} {
+	// Links inside the directory are followed, but not into secrets or
+	// the executor's files, however they are reached.
+	for _, p := range []string{"web/secrets/token", "web/secrets", "web/.rawexec/spec.json", "web/local/escape", "web/local/etc/passwd",
+		"web/local/s/token", "web/local/s", "web/local/r/spec.json", "alloc/x/token"} {
 		_, err := req(structs.AllocFSCat, p)
 		must.ErrorIs(t, err, ErrFSDenied, must.Sprint(p))
 	}
@@ -67,6 +71,8 @@ func TestAllocFS(t *testing.T) {
 	must.Eq(t, len(root.Files), len(up.Files))
 	_, err = req(structs.AllocFSCat, "web/local")
 	must.ErrorIs(t, err, ErrBadLogRequest)
+	_, err = req(structs.AllocFSList, "web/local/r")
+	must.ErrorIs(t, err, ErrFSDenied)
 	_, err = req(structs.AllocFSCat, "web/local/nope")
 	must.ErrorIs(t, err, os.ErrNotExist)
 	_, err = m.allocFS(&structs.AllocFSRequest{AllocID: "nope", Op: structs.AllocFSList, Path: "/"})

@@ -1,7 +1,9 @@
 package client
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"strconv"
 	"strings"
@@ -38,6 +40,9 @@ func (tr *taskRunner) sample() (s *usageSample, ok bool, err error) {
 	}
 	if tr.task.Driver == execDriver && tr.drivers.exec != nil {
 		u, err := tr.drivers.exec.Usage(tr.allocID + "/" + tr.task.Name)
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, false, nil // it ended meanwhile
+		}
 		if err != nil {
 			return nil, false, err
 		}
@@ -53,37 +58,72 @@ func (tr *taskRunner) sample() (s *usageSample, ok bool, err error) {
 	return procSample(h.State().TaskPID)
 }
 
-// procSample reads one process's times and resident memory from /proc.
-func procSample(pid int) (*usageSample, bool, error) {
+// procSample reads the times and resident memory of the task's process
+// group (the executor makes the task the leader of its own) from /proc:
+// what the task's children use counts too.
+func procSample(pgid int) (*usageSample, bool, error) {
+	if pgid <= 0 {
+		return nil, false, nil
+	}
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, false, err
+	}
+	s := &usageSample{at: time.Now(), cpuMeasured: []string{"System Mode", "User Mode", "Percent"}}
+	s.mem.Measured = []string{"RSS"}
+	found := false
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		utime, stime, group, ok := procTimes(pid)
+		if !ok || group != pgid {
+			continue
+		}
+		found = true
+		s.cpuUser += utime * uint64(time.Second) / clockTicks
+		s.cpuSystem += stime * uint64(time.Second) / clockTicks
+		s.mem.RSS += procRSS(pid)
+	}
+	s.cpuTotal = s.cpuUser + s.cpuSystem
+	return s, found, nil
+}
+
+// procTimes reads a process's user and system ticks and process group.
+func procTimes(pid int) (utime, stime uint64, pgid int, ok bool) {
 	raw, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
-		return nil, false, nil // gone
+		return 0, 0, 0, false
 	}
 	// The command name may hold spaces; the fields follow its ")".
 	i := strings.LastIndexByte(string(raw), ')')
-	fields := strings.Fields(string(raw[i+1:]))
-	if i < 0 || len(fields) < 13 {
-		return nil, false, fmt.Errorf("unreadable /proc/%d/stat", pid)
+	if i < 0 {
+		return 0, 0, 0, false
 	}
-	utime, _ := strconv.ParseUint(fields[11], 10, 64)
-	stime, _ := strconv.ParseUint(fields[12], 10, 64)
-	s := &usageSample{
-		at:          time.Now(),
-		cpuUser:     utime * uint64(time.Second) / clockTicks,
-		cpuSystem:   stime * uint64(time.Second) / clockTicks,
-		cpuMeasured: []string{"System Mode", "User Mode", "Percent"},
+	f := strings.Fields(string(raw[i+1:]))
+	if len(f) < 13 {
+		return 0, 0, 0, false
 	}
-	s.cpuTotal = s.cpuUser + s.cpuSystem
-	if status, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status"); err == nil {
-		for _, line := range strings.Split(string(status), "\n") {
-			if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-				kb, _ := strconv.ParseUint(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-				s.mem.RSS = kb << 10
-			}
+	pgid, _ = strconv.Atoi(f[2])
+	utime, _ = strconv.ParseUint(f[11], 10, 64)
+	stime, _ = strconv.ParseUint(f[12], 10, 64)
+	return utime, stime, pgid, true
+}
+
+// procRSS is a process's resident memory in bytes.
+func procRSS(pid int) uint64 {
+	status, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(status), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, _ := strconv.ParseUint(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			return kb << 10
 		}
 	}
-	s.mem.Measured = []string{"RSS"}
-	return s, true, nil
+	return 0
 }
 
 // usageBetween is a task's usage from two samples: memory as of the

@@ -272,9 +272,11 @@ func writeAtomic(root *os.Root, rel string, data []byte, perm os.FileMode, uid, 
 	if err := f.Close(); werr == nil {
 		werr = err
 	}
+	if werr == nil {
+		werr = root.Rename(tmp, rel)
+	}
 	if werr != nil {
 		_ = root.Remove(tmp)
-		return werr
 	}
-	return root.Rename(tmp, rel)
+	return werr
 }

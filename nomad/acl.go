@@ -275,10 +275,12 @@ var rpcACLRules = map[string]aclRule{
 	"Job.Allocations": nsCap(acl.NamespaceCapabilityReadJob),
 	"Job.Evaluations": nsCap(acl.NamespaceCapabilityReadJob),
 	"Alloc.List":      nsCap(acl.NamespaceCapabilityReadJob),
-	// The logs route reads the allocation to find its task and node.
+	// The logs and fs routes read the allocation to find its task and
+	// node.
 	"Alloc.GetAlloc": {allow: func(id *Identity, _ any) bool {
 		return id.ACL.AllowNamespaceOperation(structs.DefaultNamespace, acl.NamespaceCapabilityReadJob) ||
-			id.ACL.AllowNamespaceOperation(structs.DefaultNamespace, acl.NamespaceCapabilityReadLogs)
+			id.ACL.AllowNamespaceOperation(structs.DefaultNamespace, acl.NamespaceCapabilityReadLogs) ||
+			id.ACL.AllowNamespaceOperation(structs.DefaultNamespace, acl.NamespaceCapabilityReadFS)
 	}},
 	"Alloc.Logs":   nsCap(acl.NamespaceCapabilityReadLogs),
 	"Alloc.Stats":  nsCap(acl.NamespaceCapabilityReadJob),

@@ -122,6 +122,8 @@ var rpcACLCases = map[string]rpcACLCase{
 	"CSIVolume.ListExternal":   {grant: nsCaps("csi-list-volume"), near: nsCaps("csi-read-volume")},
 	"CSIVolume.Expand":         {grant: nsCaps("csi-write-volume"), near: nsCaps("csi-mount-volume", "csi-read-volume")},
 	"Alloc.Logs":               {grant: nsCaps("read-logs"), near: nsCaps("read-job")},
+	"Alloc.Stats":              {grant: nsCaps("read-job"), near: nsCaps("read-logs", "read-fs")},
+	"Alloc.FS":                 {grant: nsCaps("read-fs"), near: nsCaps("read-job", "read-logs")},
 	"CSIVolume.Get":            {grant: nsCaps("csi-read-volume"), near: nsCaps("csi-list-volume")},
 	"CSIPlugin.List":           {grant: `plugin { policy = "list" }`, near: nsRead},
 	"CSIPlugin.Lanes":          {grant: `plugin { policy = "read" }`, near: `plugin { policy = "list" }`},
