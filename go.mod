@@ -1,6 +1,6 @@
 module github.com/roamhq/roam
 
-go 1.26.0
+go 1.26.8
 
 require (
 	github.com/chromedp/chromedp v0.23.0
@@ -28,16 +28,25 @@ require (
 
 require (
 	github.com/anishathalye/porcupine v1.3.1
+	github.com/hashicorp/go-getter/v2 v2.2.5
 	github.com/opencontainers/cgroups v0.1.1
 )
 
 require (
+	github.com/bgentry/go-netrc v0.0.0-20140422174119-9fd32a8b3d3d // indirect
 	github.com/coreos/go-systemd/v22 v22.6.0 // indirect
 	github.com/cyphar/filepath-securejoin v0.4.1 // indirect
 	github.com/godbus/dbus/v5 v5.1.0 // indirect
+	github.com/hashicorp/errwrap v1.0.0 // indirect
+	github.com/hashicorp/go-multierror v1.1.0 // indirect
+	github.com/hashicorp/go-safetemp v1.0.0 // indirect
+	github.com/hashicorp/go-version v1.1.0 // indirect
+	github.com/klauspost/compress v1.19.1 // indirect
+	github.com/mitchellh/go-testing-interface v1.0.0 // indirect
 	github.com/moby/sys/mountinfo v0.7.2 // indirect
 	github.com/moby/sys/userns v0.1.0 // indirect
 	github.com/sirupsen/logrus v1.10.2 // indirect
+	github.com/ulikunitz/xz v0.5.8 // indirect
 )
 
 require (

@@ -71,6 +71,8 @@ type taskRunner struct {
 	templateEvery time.Duration
 	// templateUser owns the template files (set at each start).
 	templateUser string
+	// artifactsFetched is set once the task's artifacts are in place.
+	artifactsFetched bool
 	// current is the handle of the running task, nil between runs.
 	current atomic.Pointer[rawexec.Handle]
 
@@ -345,6 +347,14 @@ func (tr *taskRunner) start(ctx context.Context) (*rawexec.Handle, error) {
 		h   *rawexec.Handle
 		err error
 	)
+	// Artifacts come first (templates may read them), once per run of
+	// the client.
+	if !tr.artifactsFetched {
+		if err := tr.fetchArtifacts(ctx); err != nil {
+			return nil, err
+		}
+		tr.artifactsFetched = true
+	}
 	switch tr.task.Driver {
 	case rawExecDriver:
 		h, err = tr.startRawExec(ctx)

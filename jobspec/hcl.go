@@ -114,6 +114,14 @@ type hclTask struct {
 	CSIPlugin    *hclCSIPlugin     `hcl:"csi_plugin,block"`
 	Lifecycle    *hclLifecycle     `hcl:"lifecycle,block"`
 	Templates    []*hclTemplate    `hcl:"template,block"`
+	Artifacts    []*hclArtifact    `hcl:"artifact,block"`
+}
+
+type hclArtifact struct {
+	Source      *hcl.Attribute `hcl:"source,optional"`
+	Destination *hcl.Attribute `hcl:"destination,optional"`
+	Mode        string         `hcl:"mode,optional"`
+	Options     *hclAttrs      `hcl:"options,block"`
 }
 
 type hclTemplate struct {
@@ -347,6 +355,12 @@ func (d *decoder) task(ht *hclTask) *structs.Task {
 		}
 		set(&tmpl.Splay, d.duration(tp.Splay))
 		t.Templates = append(t.Templates, tmpl)
+	}
+	for _, ha := range ht.Artifacts {
+		t.Artifacts = append(t.Artifacts, &structs.TaskArtifact{
+			GetterSource: d.runtimeString(ha.Source), RelativeDest: d.runtimeString(ha.Destination),
+			GetterMode: ha.Mode, GetterOptions: d.strings(ha.Options),
+		})
 	}
 	return t
 }

@@ -265,12 +265,12 @@ func TestParseHCL_Errors(t *testing.T) {
     }
     task "t" {
       driver = "raw_exec"
-      artifact { source = "http://x" }
+      vault { policies = ["x"] }
       service { name = "x" }
     }
   }
 }`,
-			want: []string{"job.hcl:3,5", `"constraint"`, "job.hcl:8,7", `"artifact"`, "job.hcl:9,7", `"service"`},
+			want: []string{"job.hcl:3,5", `"constraint"`, "job.hcl:8,7", `"vault"`, "job.hcl:9,7", `"service"`},
 		},
 		{
 			name: "unknown top-level block",

@@ -55,6 +55,7 @@ type jsonTask struct {
 	CSIPluginConfig *structs.TaskCSIPluginConfig
 	Lifecycle       *structs.TaskLifecycleConfig
 	Templates       []*structs.Template
+	Artifacts       []*structs.TaskArtifact
 }
 
 // ParseJSON parses a job in the JSON shape of Nomad's HTTP API, either
@@ -177,6 +178,11 @@ func (jj *jsonJob) job() *structs.Job {
 			for _, tp := range t.Templates {
 				if tp != nil {
 					task.Templates = append(task.Templates, tp)
+				}
+			}
+			for _, a := range t.Artifacts {
+				if a != nil {
+					task.Artifacts = append(task.Artifacts, a)
 				}
 			}
 			for _, vm := range t.VolumeMounts {

@@ -134,6 +134,10 @@ var taskFields = schema{
 	// A plugin task's socket directory is relative to its task directory;
 	// Nomad's client defaults it to "/csi", which reads the same.
 	"Lifecycle": readObject(schema{"Hook": read, "Sidecar": read}),
+	"Artifacts": readList(schema{
+		"GetterSource": read, "GetterOptions": read, "GetterMode": read, "RelativeDest": read,
+		"GetterInsecure": clientDefault(false), "Chown": clientDefault(false),
+	}),
 	"Templates": readList(schema{
 		"SourcePath": read, "DestPath": read, "EmbeddedTmpl": read,
 		"ChangeMode": read, "ChangeSignal": read, "Splay": read, "Perms": read,

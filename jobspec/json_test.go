@@ -160,15 +160,15 @@ func TestParseJSON_NomadClientUnsupported(t *testing.T) {
 			want: []string{"Job.TaskGroups[0].Networks[0].CIDR is not supported"},
 		},
 		{
-			name: "task service and artifact",
+			name: "task service and artifact headers",
 			edit: func(j *api.Job) {
 				task := j.TaskGroups[0].Tasks[0]
 				task.Services = []*api.Service{{Name: "web"}}
-				task.Artifacts = []*api.TaskArtifact{{GetterSource: ptr("https://example.com/x")}}
+				task.Artifacts = []*api.TaskArtifact{{GetterSource: ptr("https://example.com/x"), GetterHeaders: map[string]string{"X": "y"}}}
 			},
 			want: []string{
 				"Job.TaskGroups[0].Tasks[0].Services is not supported",
-				"Job.TaskGroups[0].Tasks[0].Artifacts is not supported",
+				"Job.TaskGroups[0].Tasks[0].Artifacts[0].GetterHeaders is not supported",
 			},
 		},
 		{

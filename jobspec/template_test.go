@@ -1,6 +1,7 @@
 package jobspec
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -116,4 +117,30 @@ func TestParseHCL_TemplateCoveredOrShared(t *testing.T) {
   }
 }`))
 	must.ErrorContains(t, err, `task "b": template destination "${NOMAD_ALLOC_DIR}/shared.conf" is task "a"'s too`)
+}
+
+func TestParseHCL_Artifact(t *testing.T) {
+	job, err := ParseHCL("job.hcl", []byte(oneTask("", `artifact {
+        source      = "https://example.com/app.tgz"
+        destination = "local/app"
+        options {
+          checksum = "sha256:`+strings.Repeat("ab", 32)+`"
+        }
+      }`)))
+	must.NoError(t, err)
+	must.Eq(t, []*structs.TaskArtifact{{GetterSource: "https://example.com/app.tgz", RelativeDest: "local/app",
+		GetterOptions: map[string]string{"checksum": "sha256:" + strings.Repeat("ab", 32)}}}, job.TaskGroups[0].Tasks[0].Artifacts)
+
+	for _, tc := range []struct{ art, want string }{
+		{`source = "s3::https://bucket/x"`, `getter "s3" is not supported`},
+		{`source = "ftp://host/x"`, `scheme "ftp" is not supported`},
+		{"source = \"https://x/y\"\n destination = \"../../etc\"", `destination "../../etc" leaves the task directory`},
+		{"source = \"https://x/y\"\n destination = \"/etc\"", `must be relative to the task directory`},
+		{"source = \"https://x/y\"\n options {\n checksum = \"sha256:abc\"\n }", `the sha256 digest is 64 hex characters`},
+		{"source = \"https://x/y\"\n options {\n headers = \"x\"\n }", `option "headers" is not supported`},
+		{`destination = "local/x"`, `source: is required`},
+	} {
+		_, err := ParseHCL("job.hcl", []byte(oneTask("", "artifact {\n"+tc.art+"\n}")))
+		must.ErrorContains(t, err, tc.want, must.Sprint(tc.art))
+	}
 }

@@ -106,6 +106,9 @@ const (
 	// re-rendered template restarts or signals the task.
 	TaskEventRestartSignaled = "Restart Signaled"
 	TaskEventSignaling       = "Signaling"
+	// Artifact downloads, as Nomad names them.
+	TaskEventDownloadingArtifacts   = "Downloading Artifacts"
+	TaskEventArtifactDownloadFailed = "Failed Artifact Download"
 )
 
 // TaskEvent is one thing that happened to a task.

@@ -108,6 +108,8 @@ type Task struct {
 	Lifecycle *TaskLifecycleConfig `json:",omitempty"`
 	// Templates are rendered into the task's directory before it starts.
 	Templates []*Template `json:",omitempty"`
+	// Artifacts are fetched into the task's directory before it starts.
+	Artifacts []*TaskArtifact `json:",omitempty"`
 }
 
 // Lifecycle hooks, as in Nomad.
@@ -483,6 +485,7 @@ func (tg *TaskGroup) validate(jobType string, p *Problems) {
 		}
 		tg.validateVolumeMounts(t, add)
 		t.validateTemplates(add)
+		t.validateArtifacts(add)
 		if pc := t.CSIPluginConfig; pc != nil {
 			if t.Driver == "exec" {
 				// The client serves a plugin's socket from a host path, and

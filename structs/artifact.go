@@ -1,0 +1,145 @@
+package structs
+
+import (
+	"encoding/hex"
+	"fmt"
+	"net/url"
+	"path"
+	"strings"
+)
+
+// MaxTaskArtifacts bounds the artifact blocks of one task.
+const MaxTaskArtifacts = 16
+
+// maxArtifactSource bounds an artifact's source.
+const maxArtifactSource = 4096
+
+// TaskArtifact is a task's artifact block, in Nomad's shape: GetterSource
+// (http, https, file or git) fetched into RelativeDest (default local/)
+// before the task starts, unpacked when it is an archive, its checksum
+// option enforced.
+type TaskArtifact struct {
+	GetterSource  string
+	GetterOptions map[string]string `json:",omitempty"`
+	// GetterMode is any (default), file or dir.
+	GetterMode   string
+	RelativeDest string
+}
+
+// Artifact getter options Roam passes on.
+var artifactOptions = map[string]bool{"checksum": true, "archive": true, "ref": true, "depth": true}
+
+// checksum lengths in bytes, by type.
+var checksumSizes = map[string]int{"md5": 16, "sha1": 20, "sha256": 32, "sha512": 64}
+
+// ArtifactDest is the artifact's destination as a clean path relative to
+// the task directory.
+func (a *TaskArtifact) ArtifactDest() (string, error) {
+	d := a.RelativeDest
+	if d == "" {
+		d = "local/"
+	}
+	if rest, ok := strings.CutPrefix(d, "${NOMAD_TASK_DIR}"); ok {
+		d = "local/" + strings.TrimPrefix(rest, "/")
+	}
+	switch {
+	case strings.ContainsRune(d, 0):
+		return "", fmt.Errorf("destination %q holds a NUL byte", d)
+	case strings.HasPrefix(d, "/"):
+		return "", fmt.Errorf("destination %q must be relative to the task directory", d)
+	}
+	clean := path.Clean(d)
+	if clean == "." || clean == ".." || strings.HasPrefix(clean, "../") {
+		return "", fmt.Errorf("destination %q leaves the task directory", d)
+	}
+	if first, _, _ := strings.Cut(clean, "/"); first == ".rawexec" || first == "alloc" || first == secretsDir {
+		return "", fmt.Errorf("destination %q is reserved in the task directory", d)
+	}
+	return clean, nil
+}
+
+const secretsDir = "secrets"
+
+// validateArtifacts adds the problems of a task's artifact blocks.
+func (t *Task) validateArtifacts(add func(string, ...any)) {
+	if len(t.Artifacts) > MaxTaskArtifacts {
+		add("task %q: %d artifacts, at most %d", t.Name, len(t.Artifacts), MaxTaskArtifacts)
+		return
+	}
+	for i, a := range t.Artifacts {
+		where := fmt.Sprintf("task %q: artifact %d", t.Name, i)
+		if a == nil {
+			add("%s is empty", where)
+			continue
+		}
+		if err := checkArtifactSource(a.GetterSource); err != nil {
+			add("%s: source: %v", where, err)
+		}
+		for k, v := range a.GetterOptions {
+			if !artifactOptions[k] {
+				add("%s: option %q is not supported (supported: archive, checksum, depth, ref)", where, k)
+			}
+			if k == "checksum" {
+				if err := checkChecksum(v); err != nil {
+					add("%s: %v", where, err)
+				}
+			}
+		}
+		switch a.GetterMode {
+		case "", "any", "file", "dir":
+		default:
+			add("%s: mode %q is not one of any, file, dir", where, a.GetterMode)
+		}
+		if _, err := a.ArtifactDest(); err != nil {
+			add("%s: %v", where, err)
+		}
+	}
+}
+
+// checkArtifactSource allows http, https, file and git sources.
+func checkArtifactSource(src string) error {
+	switch {
+	case src == "":
+		return fmt.Errorf("is required")
+	case len(src) > maxArtifactSource:
+		return fmt.Errorf("is %d bytes, at most %d", len(src), maxArtifactSource)
+	}
+	s := src
+	if forced, rest, ok := strings.Cut(s, "::"); ok {
+		if forced != "git" {
+			return fmt.Errorf("%q: getter %q is not supported (http, https, file, git)", src, forced)
+		}
+		s = rest
+	}
+	u, err := url.Parse(s)
+	if err != nil {
+		return fmt.Errorf("%q: %v", src, err)
+	}
+	switch u.Scheme {
+	case "http", "https", "file":
+	case "git", "ssh":
+		if !strings.HasPrefix(src, "git::") && u.Scheme == "ssh" {
+			return fmt.Errorf("%q: write an ssh source as git::ssh://...", src)
+		}
+	default:
+		return fmt.Errorf("%q: scheme %q is not supported (http, https, file, git)", src, u.Scheme)
+	}
+	if _, ok := u.Query()["checksum"]; ok {
+		return fmt.Errorf("%q: give the checksum as options { checksum = ... }", src)
+	}
+	return nil
+}
+
+// checkChecksum checks a checksum option: type:hex.
+func checkChecksum(v string) error {
+	typ, sum, ok := strings.Cut(v, ":")
+	size, known := checksumSizes[typ]
+	if !ok || !known {
+		return fmt.Errorf("checksum %q: want md5, sha1, sha256 or sha512, then ':' and the hex digest", v)
+	}
+	b, err := hex.DecodeString(sum)
+	if err != nil || len(b) != size {
+		return fmt.Errorf("checksum %q: the %s digest is %d hex characters", v, typ, 2*size)
+	}
+	return nil
+}
