@@ -5,10 +5,12 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"io"
 	"net/url"
 	"os"
 	"path"
 	"path/filepath"
+	"strings"
 	"time"
 
 	getter "github.com/hashicorp/go-getter/v2"
@@ -87,6 +89,9 @@ func (tr *taskRunner) fetchArtifact(ctx context.Context, root *os.Root, a *struc
 	if err != nil {
 		return err
 	}
+	if src, err = confineFileSource(root, staging, src); err != nil {
+		return err
+	}
 	mode := getter.ModeAny
 	switch a.GetterMode {
 	case "file":
@@ -107,7 +112,7 @@ func (tr *taskRunner) fetchArtifact(ctx context.Context, root *os.Root, a *struc
 		// file, else a file of that name in the destination directory.
 		target := dest
 		if mode != getter.ModeFile {
-			target = path.Join(dest, path.Base(sourcePath(src)))
+			target = path.Join(dest, path.Base(sourcePath(a.GetterSource)))
 		}
 		return moveInto(root, staging, "payload", target)
 	}
@@ -154,6 +159,59 @@ func moveInto(root *os.Root, fromDir, name, target string) error {
 	return unix.Renameat(int(from.Fd()), name, int(to.Fd()), path.Base(target))
 }
 
+// confineFileSource copies a file source, relative to the task directory
+// (the servers refuse any other), through the os.Root on it into the
+// client's staging directory, and returns the source go-getter then reads:
+// that copy, which no task can swap for a link. Only regular files are
+// sources.
+func confineFileSource(root *os.Root, staging, src string) (string, error) {
+	_, s, _ := cutForced(src)
+	u, err := url.Parse(s)
+	if err != nil || u.Scheme != "file" {
+		return src, err
+	}
+	rel := u.Opaque
+	if rel == "" {
+		rel = u.Path
+	}
+	if rel == "" || strings.HasPrefix(rel, "/") || u.Host != "" {
+		return "", fmt.Errorf("file source %q must be relative to the task directory", src)
+	}
+	in, err := root.OpenFile(path.Clean(rel), os.O_RDONLY|unix.O_NONBLOCK|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return "", fmt.Errorf("file source %q: %w", src, err)
+	}
+	defer in.Close()
+	fi, err := in.Stat()
+	if err != nil {
+		return "", err
+	}
+	if !fi.Mode().IsRegular() {
+		return "", fmt.Errorf("file source %q is not a regular file", src)
+	}
+	if fi.Size() > artifactSizeLimit {
+		return "", fmt.Errorf("file source %q is over %d bytes", src, artifactSizeLimit)
+	}
+	// Under its own name: go-getter names what it stores after the source.
+	if err := os.Mkdir(filepath.Join(staging, "source"), 0o700); err != nil {
+		return "", err
+	}
+	copyPath := filepath.Join(staging, "source", path.Base(rel))
+	out, err := os.OpenFile(copyPath, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return "", err
+	}
+	_, err = io.Copy(out, io.LimitReader(in, artifactSizeLimit))
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return "", err
+	}
+	abs := &url.URL{Scheme: "file", Path: copyPath, RawQuery: u.RawQuery}
+	return abs.String(), nil
+}
+
 // artifactURL is the source with the getter options as query parameters,
 // as go-getter reads them.
 func artifactURL(a *structs.TaskArtifact) (string, error) {
@@ -192,8 +250,13 @@ func cutForced(s string) (string, string, bool) {
 // downloaded file.
 func sourcePath(src string) string {
 	_, s, _ := cutForced(src)
-	if u, err := url.Parse(s); err == nil && u.Path != "" {
-		return u.Path
+	if u, err := url.Parse(s); err == nil {
+		switch {
+		case u.Path != "":
+			return u.Path
+		case u.Opaque != "":
+			return u.Opaque
+		}
 	}
 	return "artifact"
 }

@@ -87,6 +87,29 @@ func TestAllocRunner_Artifacts(t *testing.T) {
 		st := waitStatus(t, fake, a.ID, structs.AllocClientStatusFailed)
 		must.StrContains(t, describeTasks(st.TaskStates), "Failed Artifact Download", must.Sprint(name))
 	}
+	// A file source is a file of the task directory, copied through it:
+	// a link the task left there is not followed.
+	must.NoError(t, os.WriteFile(filepath.Join(outside, "host-secret"), []byte("host"), 0o600))
+	copier := shTask("copier", `cat local/copy/notes.txt`)
+	copier.Artifacts = []*structs.TaskArtifact{{GetterSource: "file:local/notes.txt", RelativeDest: "local/copy"}}
+	ca := testAlloc(fake.nodeID, structs.JobTypeBatch, noRestarts, copier)
+	caDir := filepath.Join(dataDir, "alloc", ca.ID, "copier", "local")
+	must.NoError(t, os.MkdirAll(caDir, 0o755))
+	must.NoError(t, os.WriteFile(filepath.Join(caDir, "notes.txt"), []byte("mine\n"), 0o644))
+	fake.upsert(ca)
+	waitStatus(t, fake, ca.ID, structs.AllocClientStatusComplete)
+	must.Eq(t, "mine\n", waitFile(t, filepath.Join(dataDir, "alloc", ca.ID, "alloc", "logs", "copier.stdout.0")))
+	linked := shTask("linked", `exit 0`)
+	linked.Artifacts = []*structs.TaskArtifact{{GetterSource: "file:local/secret"}}
+	la := testAlloc(fake.nodeID, structs.JobTypeBatch, noRestarts, linked)
+	laDir := filepath.Join(dataDir, "alloc", la.ID, "linked", "local")
+	must.NoError(t, os.MkdirAll(laDir, 0o755))
+	must.NoError(t, os.Symlink(filepath.Join(outside, "host-secret"), filepath.Join(laDir, "secret")))
+	fake.upsert(la)
+	st := waitStatus(t, fake, la.ID, structs.AllocClientStatusFailed)
+	must.StrContains(t, describeTasks(st.TaskStates), "Failed Artifact Download")
+	must.NoError(t, os.Remove(filepath.Join(outside, "host-secret")))
+
 	entries, err := os.ReadDir(outside)
 	must.NoError(t, err)
 	must.SliceEmpty(t, entries, must.Sprint("an archive wrote outside the task dir"))

@@ -139,6 +139,9 @@ func TestParseHCL_Artifact(t *testing.T) {
 		{"source = \"https://x/y\"\n options {\n checksum = \"sha256:abc\"\n }", `the sha256 digest is 64 hex characters`},
 		{"source = \"https://x/y\"\n options {\n headers = \"x\"\n }", `option "headers" is not supported`},
 		{`destination = "local/x"`, `source: is required`},
+		{`source = "file:///etc/shadow"`, `a file source must be relative to the task directory`},
+		{`source = "git::ext::sh -c touch"`, `is not supported`},
+		{"source = \"git::https://x/y.git\"\n options {\n ref = \"--upload-pack=touch\"\n }", `must be letters, digits and . _ / - and not start with -`},
 	} {
 		_, err := ParseHCL("job.hcl", []byte(oneTask("", "artifact {\n"+tc.art+"\n}")))
 		must.ErrorContains(t, err, tc.want, must.Sprint(tc.art))

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/url"
 	"path"
+	"strconv"
 	"strings"
 )
 
@@ -79,9 +80,23 @@ func (t *Task) validateArtifacts(add func(string, ...any)) {
 			if !artifactOptions[k] {
 				add("%s: option %q is not supported (supported: archive, checksum, depth, ref)", where, k)
 			}
-			if k == "checksum" {
+			switch k {
+			case "checksum":
 				if err := checkChecksum(v); err != nil {
 					add("%s: %v", where, err)
+				}
+			case "ref":
+				// Passed to git: no option in disguise.
+				if !validGitRef(v) {
+					add("%s: ref %q must be letters, digits and . _ / - and not start with -", where, v)
+				}
+			case "depth":
+				if n, err := strconv.Atoi(v); err != nil || n < 1 || n > 1<<20 {
+					add("%s: depth %q must be a whole number from 1", where, v)
+				}
+			case "archive":
+				if v != "false" && v != "true" {
+					add("%s: archive %q must be true or false", where, v)
 				}
 			}
 		}
@@ -116,7 +131,13 @@ func checkArtifactSource(src string) error {
 		return fmt.Errorf("%q: %v", src, err)
 	}
 	switch u.Scheme {
-	case "http", "https", "file":
+	case "file":
+		// A job may not read the client's own files: only a file the
+		// allocation holds, named relative to the task directory.
+		if u.Host != "" || strings.HasPrefix(u.Path, "/") || strings.HasPrefix(u.Opaque, "/") {
+			return fmt.Errorf("%q: a file source must be relative to the task directory (file:local/x)", src)
+		}
+	case "http", "https":
 	case "git", "ssh":
 		if !strings.HasPrefix(src, "git::") && u.Scheme == "ssh" {
 			return fmt.Errorf("%q: write an ssh source as git::ssh://...", src)
@@ -142,4 +163,19 @@ func checkChecksum(v string) error {
 		return fmt.Errorf("checksum %q: the %s digest is %d hex characters", v, typ, 2*size)
 	}
 	return nil
+}
+
+// validGitRef: letters, digits and . _ / -, not starting with -.
+func validGitRef(s string) bool {
+	if s == "" || len(s) > 256 || s[0] == '-' {
+		return false
+	}
+	for _, r := range s {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '.', r == '_', r == '/', r == '-':
+		default:
+			return false
+		}
+	}
+	return true
 }
