@@ -4,15 +4,21 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"net/url"
 	"os"
 	"path"
 	"path/filepath"
+	"regexp"
 	"strings"
+	"syscall"
 	"time"
 
+	"github.com/hashicorp/go-cleanhttp"
 	getter "github.com/hashicorp/go-getter/v2"
 	"golang.org/x/sys/unix"
 
@@ -26,16 +32,44 @@ const (
 	artifactFetchTimeout = 10 * time.Minute
 )
 
-// artifactClient fetches with http, https, file and git only, unpacks
-// archives within bounds, and never writes through a symlink.
+// artifactClient fetches over http and https (and from the client's own
+// staging copy of a task's file), downloads and unpacks within bounds,
+// and never writes through a symlink. Its HTTP client refuses link-local
+// addresses, where clouds serve their instance credentials.
 var artifactClient = &getter.Client{
 	Getters: []getter.Getter{
-		&getter.HttpGetter{XTerraformGetDisabled: true, HeadFirstTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second},
+		&getter.HttpGetter{
+			Client:                artifactHTTPClient(),
+			XTerraformGetDisabled: true,
+			HeadFirstTimeout:      10 * time.Second,
+			MaxBytes:              artifactSizeLimit,
+		},
 		new(getter.FileGetter),
-		new(getter.GitGetter),
 	},
 	Decompressors:   getter.LimitedDecompressors(artifactFilesLimit, artifactSizeLimit),
 	DisableSymlinks: true,
+}
+
+// errLinkLocal is a fetch from (or redirected to) a link-local address.
+var errLinkLocal = errors.New("artifact sources on link-local addresses are refused")
+
+func artifactHTTPClient() *http.Client {
+	d := &net.Dialer{
+		Timeout: 10 * time.Second,
+		Control: func(_, address string, _ syscall.RawConn) error {
+			host, _, err := net.SplitHostPort(address)
+			if err != nil {
+				return err
+			}
+			if ip := net.ParseIP(host); ip != nil && (ip.IsLinkLocalUnicast() || ip.IsLinkLocalMulticast()) {
+				return fmt.Errorf("%w: %s", errLinkLocal, host)
+			}
+			return nil
+		},
+	}
+	t := cleanhttp.DefaultPooledTransport()
+	t.DialContext = d.DialContext
+	return &http.Client{Transport: t}
 }
 
 // fetchArtifacts fetches the task's artifacts into its directory. Each is
@@ -51,8 +85,16 @@ func (tr *taskRunner) fetchArtifacts(ctx context.Context) error {
 	tr.update(nil, func(st *structs.TaskState) {
 		addEvent(st, newEvent(structs.TaskEventDownloadingArtifacts, "Client is downloading artifacts"))
 	})
+	// A stop of the task ends its download.
 	ctx, cancel := context.WithTimeout(ctx, artifactFetchTimeout)
 	defer cancel()
+	go func() {
+		select {
+		case <-tr.killCh:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
 	root, err := os.OpenRoot(tr.dirs.TaskDir)
 	if err != nil {
 		return err
@@ -60,9 +102,11 @@ func (tr *taskRunner) fetchArtifacts(ctx context.Context) error {
 	defer root.Close()
 	for i, a := range tr.task.Artifacts {
 		if err := tr.fetchArtifact(ctx, root, a); err != nil {
-			ev := newEvent(structs.TaskEventArtifactDownloadFailed, fmt.Sprintf("artifact %d (%s): %v", i, a.GetterSource, err))
+			// URLs in the error lose their queries, which may carry a token.
+			msg := queryInURL.ReplaceAllString(err.Error(), "$1?...")
+			ev := newEvent(structs.TaskEventArtifactDownloadFailed, fmt.Sprintf("artifact %d (%s): %s", i, redactSource(a.GetterSource), msg))
 			tr.update(nil, func(st *structs.TaskState) { addEvent(st, ev) })
-			return fmt.Errorf("artifact %d: %w", i, err)
+			return fmt.Errorf("artifact %d: %s", i, msg)
 		}
 	}
 	return nil
@@ -259,4 +303,15 @@ func sourcePath(src string) string {
 		}
 	}
 	return "artifact"
+}
+
+// queryInURL finds the query of a URL in a message.
+var queryInURL = regexp.MustCompile(`((?:https?|file)://[^\s"?]*)\?[^\s"]*`)
+
+// redactSource is a source without its query, which may carry a token.
+func redactSource(src string) string {
+	if i := strings.IndexByte(src, '?'); i >= 0 {
+		return src[:i] + "?..."
+	}
+	return src
 }

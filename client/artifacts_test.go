@@ -12,9 +12,11 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/shoenig/test/must"
+	"github.com/shoenig/test/wait"
 
 	"github.com/roamhq/roam/structs"
 )
@@ -121,4 +123,46 @@ func TestAllocRunner_Artifacts(t *testing.T) {
 	fake.upsert(a)
 	waitStatus(t, fake, a.ID, structs.AllocClientStatusComplete)
 	must.Eq(t, "y", waitFileEq(t, filepath.Join(dataDir, "alloc", a.ID, "alloc", "logs", "linker.stdout.0"), "y"))
+}
+
+// A source on a link-local address (where clouds serve instance
+// credentials) is refused; a download that hangs ends when the task is
+// stopped.
+func TestAllocRunner_ArtifactRefusalsAndStop(t *testing.T) {
+	hang := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", "1000000")
+		w.WriteHeader(http.StatusOK)
+		w.(http.Flusher).Flush()
+		select {
+		case <-hang:
+		case <-r.Context().Done():
+		}
+	}))
+	defer srv.Close()
+	defer close(hang) // before Close, which waits for the handler
+	dataDir := t.TempDir()
+	fake := newFakeServer(uuid.NewString())
+	startTestManager(t, fake, dataDir, nil)
+
+	meta := shTask("meta", `exit 0`)
+	meta.Artifacts = []*structs.TaskArtifact{{GetterSource: "http://169.254.169.254/latest/meta-data/?token=s3cret"}}
+	a := testAlloc(fake.nodeID, structs.JobTypeBatch, noRestarts, meta)
+	fake.upsert(a)
+	st := waitStatus(t, fake, a.ID, structs.AllocClientStatusFailed)
+	desc := describeTasks(st.TaskStates)
+	must.StrContains(t, desc, "link-local addresses are refused")
+	must.StrNotContains(t, desc, "s3cret")
+
+	slow := shTask("slow", `exit 0`)
+	slow.Artifacts = []*structs.TaskArtifact{{GetterSource: srv.URL + "/big.bin"}}
+	b := testAlloc(fake.nodeID, structs.JobTypeService, noRestarts, slow)
+	fake.upsert(b)
+	must.Wait(t, wait.InitialSuccess(wait.BoolFunc(func() bool {
+		return strings.Contains(describeTasks(fake.alloc(b.ID).TaskStates), "Downloading Artifacts")
+	}), wait.Timeout(20*time.Second), wait.Gap(20*time.Millisecond)))
+	stop := b.Copy()
+	stop.DesiredStatus = structs.AllocDesiredStatusStop
+	fake.upsert(stop)
+	waitStatus(t, fake, b.ID, structs.AllocClientStatusComplete)
 }

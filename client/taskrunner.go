@@ -214,6 +214,11 @@ func (tr *taskRunner) run(ctx context.Context) {
 				handle = h
 			case ctx.Err() != nil:
 				return
+			case tr.killRequested():
+				// Stopped while it was being prepared (an artifact
+				// download, say): it never ran.
+				tr.setDead(false, newEvent(structs.TaskEventKilled, "task killed before it started: "+tr.reason()))
+				return
 			case errors.Is(err, errBadTaskConfig), errors.Is(err, rawexec.ErrCommandNotFound), errors.Is(err, rawexec.ErrNotExecutable):
 				tr.setDead(true, newEvent(structs.TaskEventDriverFailure, err.Error()))
 				return

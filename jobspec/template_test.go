@@ -133,6 +133,7 @@ func TestParseHCL_Artifact(t *testing.T) {
 
 	for _, tc := range []struct{ art, want string }{
 		{`source = "s3::https://bucket/x"`, `getter "s3" is not supported`},
+		{`source = "https://x/y?checksum=md5:00"`, `give "checksum" as an option`},
 		{`source = "ftp://host/x"`, `scheme "ftp" is not supported`},
 		{"source = \"https://x/y\"\n destination = \"../../etc\"", `destination "../../etc" leaves the task directory`},
 		{"source = \"https://x/y\"\n destination = \"/etc\"", `must be relative to the task directory`},
@@ -140,8 +141,9 @@ func TestParseHCL_Artifact(t *testing.T) {
 		{"source = \"https://x/y\"\n options {\n headers = \"x\"\n }", `option "headers" is not supported`},
 		{`destination = "local/x"`, `source: is required`},
 		{`source = "file:///etc/shadow"`, `a file source must be relative to the task directory`},
-		{`source = "git::ext::sh -c touch"`, `is not supported`},
-		{"source = \"git::https://x/y.git\"\n options {\n ref = \"--upload-pack=touch\"\n }", `must be letters, digits and . _ / - and not start with -`},
+		{`source = "git::https://x/y.git"`, `getter "git" is not supported`},
+		{`source = "https://x/y.git?ref=--pathspec-from-file=/etc/shadow"`, `give "ref" as an option, not in the source`},
+		{"source = \"https://x/y\"\n options {\n ref = \"main\"\n }", `option "ref" is not supported`},
 	} {
 		_, err := ParseHCL("job.hcl", []byte(oneTask("", "artifact {\n"+tc.art+"\n}")))
 		must.ErrorContains(t, err, tc.want, must.Sprint(tc.art))

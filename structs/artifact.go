@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/url"
 	"path"
-	"strconv"
 	"strings"
 )
 
@@ -16,7 +15,7 @@ const MaxTaskArtifacts = 16
 const maxArtifactSource = 4096
 
 // TaskArtifact is a task's artifact block, in Nomad's shape: GetterSource
-// (http, https, file or git) fetched into RelativeDest (default local/)
+// (http, https, or a file of the task directory) fetched into RelativeDest (default local/)
 // before the task starts, unpacked when it is an archive, its checksum
 // option enforced.
 type TaskArtifact struct {
@@ -28,7 +27,7 @@ type TaskArtifact struct {
 }
 
 // Artifact getter options Roam passes on.
-var artifactOptions = map[string]bool{"checksum": true, "archive": true, "ref": true, "depth": true}
+var artifactOptions = map[string]bool{"checksum": true, "archive": true}
 
 // checksum lengths in bytes, by type.
 var checksumSizes = map[string]int{"md5": 16, "sha1": 20, "sha256": 32, "sha512": 64}
@@ -78,21 +77,12 @@ func (t *Task) validateArtifacts(add func(string, ...any)) {
 		}
 		for k, v := range a.GetterOptions {
 			if !artifactOptions[k] {
-				add("%s: option %q is not supported (supported: archive, checksum, depth, ref)", where, k)
+				add("%s: option %q is not supported (supported: archive, checksum)", where, k)
 			}
 			switch k {
 			case "checksum":
 				if err := checkChecksum(v); err != nil {
 					add("%s: %v", where, err)
-				}
-			case "ref":
-				// Passed to git: no option in disguise.
-				if !validGitRef(v) {
-					add("%s: ref %q must be letters, digits and . _ / - and not start with -", where, v)
-				}
-			case "depth":
-				if n, err := strconv.Atoi(v); err != nil || n < 1 || n > 1<<20 {
-					add("%s: depth %q must be a whole number from 1", where, v)
 				}
 			case "archive":
 				if v != "false" && v != "true" {
@@ -119,16 +109,22 @@ func checkArtifactSource(src string) error {
 	case len(src) > maxArtifactSource:
 		return fmt.Errorf("is %d bytes, at most %d", len(src), maxArtifactSource)
 	}
-	s := src
-	if forced, rest, ok := strings.Cut(s, "::"); ok {
-		if forced != "git" {
-			return fmt.Errorf("%q: getter %q is not supported (http, https, file, git)", src, forced)
-		}
-		s = rest
+	if forced, _, ok := strings.Cut(src, "::"); ok {
+		// git runs as root with the client's own credentials and config:
+		// not until it can be given none.
+		return fmt.Errorf("%q: getter %q is not supported (http, https, file)", src, forced)
 	}
-	u, err := url.Parse(s)
+	u, err := url.Parse(src)
 	if err != nil {
 		return fmt.Errorf("%q: %v", src, err)
+	}
+	// go-getter reads its own options from the source's query; they go
+	// in options, where they are checked.
+	for k := range u.Query() {
+		switch k {
+		case "archive", "checksum", "filename", "ref", "sshkey", "depth":
+			return fmt.Errorf("%q: give %q as an option, not in the source", src, k)
+		}
 	}
 	switch u.Scheme {
 	case "file":
@@ -138,15 +134,8 @@ func checkArtifactSource(src string) error {
 			return fmt.Errorf("%q: a file source must be relative to the task directory (file:local/x)", src)
 		}
 	case "http", "https":
-	case "git", "ssh":
-		if !strings.HasPrefix(src, "git::") && u.Scheme == "ssh" {
-			return fmt.Errorf("%q: write an ssh source as git::ssh://...", src)
-		}
 	default:
-		return fmt.Errorf("%q: scheme %q is not supported (http, https, file, git)", src, u.Scheme)
-	}
-	if _, ok := u.Query()["checksum"]; ok {
-		return fmt.Errorf("%q: give the checksum as options { checksum = ... }", src)
+		return fmt.Errorf("%q: scheme %q is not supported (http, https, file)", src, u.Scheme)
 	}
 	return nil
 }
@@ -163,19 +152,4 @@ func checkChecksum(v string) error {
 		return fmt.Errorf("checksum %q: the %s digest is %d hex characters", v, typ, 2*size)
 	}
 	return nil
-}
-
-// validGitRef: letters, digits and . _ / -, not starting with -.
-func validGitRef(s string) bool {
-	if s == "" || len(s) > 256 || s[0] == '-' {
-		return false
-	}
-	for _, r := range s {
-		switch {
-		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '.', r == '_', r == '/', r == '-':
-		default:
-			return false
-		}
-	}
-	return true
 }
