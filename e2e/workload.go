@@ -415,6 +415,15 @@ func killStrays(t testing.TB, dir string) {
 	}
 	self := os.Getpid()
 	needle := []byte(dir + string(filepath.Separator))
+	// An exec task is pivoted into its own root (its /proc root link says
+	// "/"): it is known by its cgroup, named after an allocation one of
+	// the cluster's clients holds.
+	allocs := map[string]bool{}
+	if dirs, err := filepath.Glob(filepath.Join(dir, "*", "data", "alloc", "*")); err == nil {
+		for _, d := range dirs {
+			allocs[filepath.Base(d)] = true
+		}
+	}
 	var (
 		killed  []int
 		cgroups []string
@@ -426,13 +435,13 @@ func killStrays(t testing.TB, dir string) {
 		}
 		cmdline, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
 		environ, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "environ"))
-		// An exec task sees only its chroot: its root names the dir.
-		root, _ := os.Readlink(filepath.Join("/proc", e.Name(), "root"))
-		if !bytes.Contains(cmdline, needle) && !bytes.Contains(environ, needle) && !strings.HasPrefix(root, string(needle)) {
+		taskCgs, alloc := taskCgroups(pid)
+		isTask := alloc != "" && allocs[alloc]
+		if !bytes.Contains(cmdline, needle) && !bytes.Contains(environ, needle) && !isTask {
 			continue
 		}
-		if strings.HasPrefix(root, string(needle)) {
-			cgroups = append(cgroups, taskCgroups(pid)...)
+		if isTask {
+			cgroups = append(cgroups, taskCgs...)
 		}
 		if err := syscall.Kill(pid, syscall.SIGKILL); err == nil {
 			killed = append(killed, pid)
@@ -452,19 +461,22 @@ func killStrays(t testing.TB, dir string) {
 	}
 }
 
-// taskCgroups are the cgroup directories of an exec task's process: one
-// per hierarchy it is in below /roam (the exec driver's parent).
-func taskCgroups(pid int) []string {
+// taskCgroups are the cgroup directories of an exec task's process, one
+// per hierarchy it is in below /roam (the exec driver's parent), and the
+// allocation the cgroup is named after ("<alloc ID>.<task>").
+func taskCgroups(pid int) ([]string, string) {
 	raw, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cgroup"))
 	if err != nil {
-		return nil
+		return nil, ""
 	}
 	var out []string
+	alloc := ""
 	for _, line := range strings.Split(strings.TrimSpace(string(raw)), "\n") {
 		parts := strings.SplitN(line, ":", 3)
 		if len(parts) != 3 || !strings.HasPrefix(parts[2], "/roam/") {
 			continue
 		}
+		alloc, _, _ = strings.Cut(strings.TrimPrefix(parts[2], "/roam/"), ".")
 		switch controllers := parts[1]; {
 		case controllers == "":
 			out = append(out, filepath.Join("/sys/fs/cgroup", parts[2]))
@@ -474,7 +486,7 @@ func taskCgroups(pid int) []string {
 			out = append(out, filepath.Join("/sys/fs/cgroup", name, parts[2]))
 		}
 	}
-	return out
+	return out, alloc
 }
 
 // pidAlive reports whether a process with pid exists (and is not a zombie).
