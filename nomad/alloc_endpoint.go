@@ -54,27 +54,44 @@ func (a *Alloc) GetAlloc(args *structs.AllocSpecificRequest, reply *structs.Sing
 	})
 }
 
-// allocLogsTimeout bounds one Alloc.Logs call to the node.
-const allocLogsTimeout = 30 * time.Second
+// Bounds on one relayed call to an allocation's node.
+const (
+	allocLogsTimeout  = 30 * time.Second
+	allocStatsTimeout = 10 * time.Second
+)
 
-// Logs reads a piece of a task's log from the allocation's node. The
-// request travels over the node's own session (through the server that
-// holds it), never to an address the node reported about itself, and
-// without the caller's token: the node has no use for it.
+// nodeCall finds the allocation a relayed call is about, and the context
+// of the call to its node: bounded by timeout and by the server's
+// shutdown. The caller calls done when the call is over. Relayed calls
+// travel over the node's own session (through the server that holds it),
+// never to an address the node reported about itself, and without the
+// caller's token: the node has no use for it.
+func (a *Alloc) nodeCall(ctx context.Context, allocID string, timeout time.Duration) (*structs.Allocation, context.Context, func(), error) {
+	if allocID == "" {
+		return nil, nil, nil, fmt.Errorf("%w: missing allocation ID", structs.ErrInvalidRequest)
+	}
+	alloc, err := a.srv.State().AllocByID(nil, allocID)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if alloc == nil {
+		return nil, nil, nil, fmt.Errorf("%w: alloc %s", structs.ErrNotFound, allocID)
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	stop := context.AfterFunc(a.srv.shutdownCtx, cancel)
+	return alloc, ctx, func() { stop(); cancel() }, nil
+}
+
+// Logs reads a piece of a task's log from the allocation's node.
 func (a *Alloc) Logs(args *structs.AllocLogsRequest, reply *structs.AllocLogsResponse) error {
 	if done, err := a.srv.forward("Alloc.Logs", args, args, reply); done {
 		return err
 	}
-	if args.AllocID == "" {
-		return fmt.Errorf("%w: missing allocation ID", structs.ErrInvalidRequest)
-	}
-	alloc, err := a.srv.State().AllocByID(nil, args.AllocID)
+	alloc, ctx, done, err := a.nodeCall(args.Context(), args.AllocID, allocLogsTimeout)
 	if err != nil {
 		return err
 	}
-	if alloc == nil {
-		return fmt.Errorf("%w: alloc %s", structs.ErrNotFound, args.AllocID)
-	}
+	defer done()
 	req := structs.AllocLogsRequest{
 		AllocID: alloc.ID,
 		Task:    args.Task,
@@ -84,59 +101,36 @@ func (a *Alloc) Logs(args *structs.AllocLogsRequest, reply *structs.AllocLogsRes
 		Limit:   args.Limit,
 	}
 	req.Region = a.srv.config.Region
-	ctx, cancel := context.WithTimeout(args.Context(), allocLogsTimeout)
-	defer cancel()
-	defer context.AfterFunc(a.srv.shutdownCtx, cancel)()
 	return a.srv.clientRPC(ctx, alloc.NodeID, "ClientAllocs.Logs", &req, reply)
 }
 
-// allocStatsTimeout bounds one Alloc.Stats call to the node.
-const allocStatsTimeout = 10 * time.Second
-
-// Stats measures an allocation's resource usage on its node, over the
-// node's own session, as Logs does.
+// Stats measures an allocation's resource usage on its node.
 func (a *Alloc) Stats(args *structs.AllocStatsRequest, reply *structs.AllocResourceUsage) error {
 	if done, err := a.srv.forward("Alloc.Stats", args, args, reply); done {
 		return err
 	}
-	if args.AllocID == "" {
-		return fmt.Errorf("%w: missing allocation ID", structs.ErrInvalidRequest)
-	}
-	alloc, err := a.srv.State().AllocByID(nil, args.AllocID)
+	alloc, ctx, done, err := a.nodeCall(args.Context(), args.AllocID, allocStatsTimeout)
 	if err != nil {
 		return err
 	}
-	if alloc == nil {
-		return fmt.Errorf("%w: alloc %s", structs.ErrNotFound, args.AllocID)
-	}
+	defer done()
 	req := structs.AllocStatsRequest{AllocID: alloc.ID}
 	req.Region = a.srv.config.Region
-	ctx, cancel := context.WithTimeout(args.Context(), allocStatsTimeout)
-	defer cancel()
-	defer context.AfterFunc(a.srv.shutdownCtx, cancel)()
 	return a.srv.clientRPC(ctx, alloc.NodeID, "ClientAllocs.Stats", &req, reply)
 }
 
 // FS reads an allocation's directory on its node (ls, stat, or a piece of
-// a file), over the node's own session, as Logs does.
+// a file).
 func (a *Alloc) FS(args *structs.AllocFSRequest, reply *structs.AllocFSResponse) error {
 	if done, err := a.srv.forward("Alloc.FS", args, args, reply); done {
 		return err
 	}
-	if args.AllocID == "" {
-		return fmt.Errorf("%w: missing allocation ID", structs.ErrInvalidRequest)
-	}
-	alloc, err := a.srv.State().AllocByID(nil, args.AllocID)
+	alloc, ctx, done, err := a.nodeCall(args.Context(), args.AllocID, allocLogsTimeout)
 	if err != nil {
 		return err
 	}
-	if alloc == nil {
-		return fmt.Errorf("%w: alloc %s", structs.ErrNotFound, args.AllocID)
-	}
+	defer done()
 	req := structs.AllocFSRequest{AllocID: alloc.ID, Op: args.Op, Path: args.Path, Offset: args.Offset, Limit: args.Limit}
 	req.Region = a.srv.config.Region
-	ctx, cancel := context.WithTimeout(args.Context(), allocLogsTimeout)
-	defer cancel()
-	defer context.AfterFunc(a.srv.shutdownCtx, cancel)()
 	return a.srv.clientRPC(ctx, alloc.NodeID, "ClientAllocs.FS", &req, reply)
 }
