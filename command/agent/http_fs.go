@@ -18,21 +18,12 @@ const (
 // allocFSCall answers one fs request: on this agent's client when it runs
 // the allocation, else on its node through the servers.
 func (s *HTTPServer) allocFSCall(r *http.Request, prefix string, req structs.AllocFSRequest) (*structs.AllocFSResponse, error) {
-	var q structs.QueryOptions
-	if err := s.parseQuery(r, &q); err != nil {
+	alloc, err := s.clientRouteAlloc(r, prefix)
+	if err != nil {
 		return nil, err
 	}
-	q.Prefix, q.MinQueryIndex = "", 0
-	args := structs.AllocSpecificRequest{AllocID: pathID(r, prefix), QueryOptions: q}
-	var reply structs.SingleAllocResponse
-	if err := s.rpc(r, "Alloc.GetAlloc", &args, &reply); err != nil {
-		return nil, err
-	}
-	if reply.Alloc == nil {
-		return nil, errNotFound("alloc")
-	}
-	req.AllocID = reply.Alloc.ID
-	if cl := s.agent.Client(); cl != nil && cl.NodeID() == reply.Alloc.NodeID {
+	req.AllocID = alloc.ID
+	if cl := s.agent.Client(); cl != nil && cl.NodeID() == alloc.NodeID {
 		resp, err := cl.AllocFS(&req)
 		if errors.Is(err, client.ErrFSDenied) {
 			return nil, &codedError{code: http.StatusForbidden, msg: err.Error()}

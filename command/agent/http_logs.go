@@ -79,19 +79,9 @@ func (s *HTTPServer) allocLogs(w http.ResponseWriter, r *http.Request) (any, err
 	if err != nil {
 		return nil, err
 	}
-	var q structs.QueryOptions
-	if err := s.parseQuery(r, &q); err != nil {
+	alloc, err := s.clientRouteAlloc(r, logsPathPrefix)
+	if err != nil {
 		return nil, err
-	}
-	q.Prefix, q.MinQueryIndex = "", 0
-	args := structs.AllocSpecificRequest{AllocID: pathID(r, logsPathPrefix), QueryOptions: q}
-	var reply structs.SingleAllocResponse
-	if err := s.rpc(r, "Alloc.GetAlloc", &args, &reply); err != nil {
-		return nil, err
-	}
-	alloc := reply.Alloc
-	if alloc == nil {
-		return nil, errNotFound("alloc")
 	}
 	if p.task == "" {
 		if p.task, err = onlyTask(alloc); err != nil {
@@ -110,6 +100,26 @@ func (s *HTTPServer) allocLogs(w http.ResponseWriter, r *http.Request) (any, err
 		return nil, nil
 	}
 	return nil, s.relayLogs(w, r, alloc, p)
+}
+
+// clientRouteAlloc reads the allocation a /v1/client route names after
+// prefix, with the caller's token: the route then reads it on this
+// agent's client or relays through the servers to its node.
+func (s *HTTPServer) clientRouteAlloc(r *http.Request, prefix string) (*structs.Allocation, error) {
+	var q structs.QueryOptions
+	if err := s.parseQuery(r, &q); err != nil {
+		return nil, err
+	}
+	q.Prefix, q.MinQueryIndex = "", 0
+	args := structs.AllocSpecificRequest{AllocID: pathID(r, prefix), QueryOptions: q}
+	var reply structs.SingleAllocResponse
+	if err := s.rpc(r, "Alloc.GetAlloc", &args, &reply); err != nil {
+		return nil, err
+	}
+	if reply.Alloc == nil {
+		return nil, errNotFound("alloc")
+	}
+	return reply.Alloc, nil
 }
 
 // logError maps the client's log errors to HTTP statuses.

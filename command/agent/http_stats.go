@@ -15,19 +15,9 @@ const clientAllocPathPrefix = "/v1/client/allocation/"
 // when this agent's client runs it, else on its node through the
 // servers.
 func (s *HTTPServer) allocStats(w http.ResponseWriter, r *http.Request) (any, error) {
-	var q structs.QueryOptions
-	if err := s.parseQuery(r, &q); err != nil {
+	alloc, err := s.clientRouteAlloc(r, clientAllocPathPrefix)
+	if err != nil {
 		return nil, err
-	}
-	q.Prefix, q.MinQueryIndex = "", 0
-	args := structs.AllocSpecificRequest{AllocID: pathID(r, clientAllocPathPrefix), QueryOptions: q}
-	var reply structs.SingleAllocResponse
-	if err := s.rpc(r, "Alloc.GetAlloc", &args, &reply); err != nil {
-		return nil, err
-	}
-	alloc := reply.Alloc
-	if alloc == nil {
-		return nil, errNotFound("alloc")
 	}
 	if cl := s.agent.Client(); cl != nil && cl.NodeID() == alloc.NodeID {
 		u, err := cl.AllocStats(alloc.ID)
